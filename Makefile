@@ -1,0 +1,42 @@
+# Berth: `make run` starts an all-in-one instance, `make test` runs the suite.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/berth
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/berthdev/berth/internal/version.Version=$(VERSION)
+LISTEN ?= 127.0.0.1:8080
+DATA ?= berth-data
+TEST_TIMEOUT ?= 30m
+
+.PHONY: help build run test test-short images docker bench lint clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/berth
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
+
+docker: ## make sure a Docker engine runs (installs docker.io as root when missing)
+	@packaging/dev/docker-up.sh
+
+images: docker ## build the computer images offline (only what changed)
+	images/build.sh all
+
+run: build images ## build everything and start `berth dev` on $(LISTEN)
+	$(BIN) dev --listen $(LISTEN) --data $(DATA)
+
+test: docker images ## run the whole suite, Docker integration tests included
+	BERTH_REQUIRE_DOCKER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-short: ## run the tests that need no Docker engine
+	$(GO) test -short -count=1 ./...
+
+bench: docker images ## run the benchmarks and print the table
+	$(GO) run ./internal/benchtable -- $(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./providers/docker/ ./e2e/ ./images/computerd/...
+
+lint: ## vet and check formatting
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+clean: ## remove build outputs
+	rm -rf bin

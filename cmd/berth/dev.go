@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthdev/berth/providers"
+	_ "github.com/berthdev/berth/providers/standard"
+	"github.com/berthdev/berth/supervisor/daemon"
+)
+
+func init() {
+	addCommand(newDevCmd)
+	addCommand(newSupervisorCmd)
+}
+
+// serverFlags are the flags `berth dev` and `berth supervisor` share.
+type serverFlags struct {
+	listen, data, store, logLevel string
+}
+
+func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
+	cmd.Flags().StringVar(&f.listen, "listen", listen, "address of the REST API")
+	cmd.Flags().StringVar(&f.data, "data", data, "folder for the database, the sealing key and generated secrets")
+	cmd.Flags().StringVar(&f.store, "store", "sqlite", "state store: sqlite or sqlite:PATH")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return daemon.Options{}, usagef("--log-level: %v", err)
+	}
+	var ids []string
+	for _, id := range strings.Split(os.Getenv("PROVIDERS"), ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	def := os.Getenv("DEFAULT_PROVIDER")
+	if def == "" {
+		def = "docker"
+	}
+	if len(ids) > 0 && !contains(ids, def) {
+		ids = append(ids, def)
+	}
+	return daemon.Options{
+		Listen: f.listen, DataDir: f.data, Store: f.store,
+		Token:               os.Getenv("SUPERVISOR_TOKEN"),
+		ComputerTokenSecret: os.Getenv("COMPUTER_TOKEN_SECRET"),
+		Providers:           ids,
+		DefaultProvider:     def,
+		Logger:              slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})),
+	}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func newDevCmd() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run an all-in-one Berth on this machine (supervisor with SQLite and the local Docker engine)",
+		Long: `dev runs the supervisor with the embedded SQLite store in --data and the
+docker provider on the local engine. It reads SUPERVISOR_TOKEN from the
+environment, or generates one, keeps it in --data and prints it. It builds
+the computer images when they are missing and this is a Berth checkout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			if err := ensureImages(cmd.Context(), cmd); err != nil {
+				return err
+			}
+			return serve(cmd, o, true)
+		},
+	}
+	f.add(cmd, "127.0.0.1:8080", "berth-data")
+	return cmd
+}
+
+func newSupervisorCmd() *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "supervisor",
+		Short: "Run the supervisor: the REST API, the agent tools and the reaper",
+		Long: `supervisor serves the REST API. Settings come from the environment:
+SUPERVISOR_TOKEN, COMPUTER_TOKEN_SECRET, DEFAULT_PROVIDER, PROVIDERS (a
+comma-separated list to configure besides the default) and each provider's
+own settings (DOCKER_SOCKET, COMPUTER_IMAGE_HEADLESS, COMPUTER_MEMORY_MB, ...).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			return serve(cmd, o, false)
+		},
+	}
+	f.add(cmd, "127.0.0.1:8080", "/var/lib/berth")
+	return cmd
+}
+
+// serve runs a supervisor until the command's context ends.
+func serve(cmd *cobra.Command, o daemon.Options, dev bool) error {
+	ctx := cmd.Context()
+	d, err := daemon.New(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Serve(ctx, 20*time.Second, func(url string) {
+		out := cmd.OutOrStdout()
+		if !dev {
+			fmt.Fprintf(out, "berth supervisor: listening on %s\n", url)
+			return
+		}
+		fmt.Fprintf(out, "berth dev: ready\n  BERTH_URL=%s\n", url)
+		if d.TokenGenerated || os.Getenv("SUPERVISOR_TOKEN") == "" {
+			fmt.Fprintf(out, "  SUPERVISOR_TOKEN=%s\n", d.Token)
+		} else {
+			fmt.Fprintf(out, "  SUPERVISOR_TOKEN is the one in your environment\n")
+		}
+		fmt.Fprintf(out, "Try: export BERTH_URL=%s SUPERVISOR_TOKEN=...; berth agent create demo --id demo\n", url)
+	})
+}
+
+// ensureImages builds the docker provider's headless image when it is
+// missing and this is a Berth checkout, or says how to get it.
+func ensureImages(ctx context.Context, cmd *cobra.Command) error {
+	img := os.Getenv("COMPUTER_IMAGE_HEADLESS")
+	if img == "" {
+		img = "berth/headless:latest"
+	}
+	if exec.CommandContext(ctx, "docker", "image", "inspect", img).Run() == nil {
+		return nil
+	}
+	if _, err := os.Stat("images/build.sh"); err != nil {
+		return fmt.Errorf("%w: image %s is missing; build it from a Berth checkout with `make images`", providers.ErrBadImage, img)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "berth dev: image %s is missing; building it with images/build.sh\n", img)
+	b := exec.CommandContext(ctx, "images/build.sh", "all")
+	b.Stdout, b.Stderr = cmd.ErrOrStderr(), cmd.ErrOrStderr()
+	if err := b.Run(); err != nil {
+		return fmt.Errorf("build images: %w (run `make images` to see why)", err)
+	}
+	return nil
+}

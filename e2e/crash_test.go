@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// proc is a `berth supervisor` process the test runs and may kill.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	url    string
+	token  string
+	logs   *bytes.Buffer
+	exited chan struct{}
+}
+
+// runSupervisor starts `berth supervisor` on a free port with data in dir.
+func runSupervisor(t *testing.T, dir string, extraEnv ...string) *proc {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &bytes.Buffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(berthBin, "supervisor", "--listen", addr, "--data", dir, "--log-level", "debug")
+	p.cmd.Env = append(os.Environ(),
+		"SUPERVISOR_TOKEN="+p.token,
+		"COMPUTER_IMAGE_HEADLESS=berth/test:latest",
+		"COMPUTER_MEMORY_MB=256",
+	)
+	p.cmd.Env = append(p.cmd.Env, extraEnv...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("supervisor %s log:\n%s", addr, p.logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("supervisor exited at start:\n%s", p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("supervisor did not become healthy:\n%s", p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill ends the supervisor with SIGKILL, as a crash would.
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+func (p *proc) call(method, path, key string, body any, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, p.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		json.Unmarshal(raw, out)
+	}
+	return resp.StatusCode, nil
+}
+
+func (p *proc) must(method, path string, body any, want int, out any) {
+	p.t.Helper()
+	st, err := p.call(method, path, "", body, out)
+	if err != nil || st != want {
+		p.t.Fatalf("%s %s: %d %v, want %d", method, path, st, err, want)
+	}
+}
+
+type status struct {
+	Session *struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"session"`
+	Budget struct {
+		DailySeconds    int `json:"dailySeconds"`
+		UsedSeconds     int `json:"usedSeconds"`
+		ReservedSeconds int `json:"reservedSeconds"`
+		LeftSeconds     int `json:"leftSeconds"`
+	} `json:"budget"`
+}
+
+// deploymentObjects lists the Docker objects of one deployment.
+func deploymentObjects(t *testing.T, dep string) string {
+	t.Helper()
+	var all []string
+	for _, kind := range [][]string{{"ps", "-a", "--format", "{{.Names}}"}, {"network", "ls", "--format", "{{.Name}}"}, {"volume", "ls", "--format", "{{.Name}}"}} {
+		args := append(kind, "--filter", "label=dev.berth.deployment="+dep)
+		out, err := exec.Command("docker", args...).Output()
+		if err != nil {
+			t.Fatalf("docker %v: %v", args, err)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			all = append(all, kind[0]+": "+strings.ReplaceAll(s, "\n", ","))
+		}
+	}
+	return strings.Join(all, "; ")
+}
+
+func deploymentOf(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("sqlite3", filepath.Join(dir, "berth.db"), "SELECT value FROM meta WHERE key='deployment_id'").Output()
+	if err == nil && len(bytes.TrimSpace(out)) > 0 {
+		return strings.TrimSpace(string(out))
+	}
+	// Without the sqlite3 tool: read it from a container's labels.
+	out, err = exec.Command("docker", "ps", "-a", "--filter", "label=dev.berth.managed=true", "--format", `{{.Label "dev.berth.deployment"}}`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(strings.Split(string(out), "\n")[0])
+}
+
+// waitSettled polls until the agent's session is no longer starting.
+func waitSettled(t *testing.T, p *proc, agent string) status {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var st status
+		p.must("GET", "/v1/agents/"+agent+"/computer", nil, 200, &st)
+		if st.Session == nil || st.Session.State != "starting" {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session still starting after restart: %+v", st.Session)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestCrashDuringCreate kills the supervisor with SIGKILL at several points
+// of a computer's creation, restarts it, and checks that the session is
+// settled (adopted, or uncertain until confirmed), that nothing is left
+// behind, and that the budget adds up.
+func TestCrashDuringCreate(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	for _, after := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
+		t.Run(after.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			p := runSupervisor(t, dir)
+			p.must("POST", "/v1/agents", map[string]any{"id": "crash", "name": "crash"}, 201, nil)
+			p.must("POST", "/v1/computers", map[string]any{"agent": "crash", "provider": "docker", "leaseSeconds": 600, "dailySeconds": 3600}, 201, nil)
+			go p.call("POST", "/v1/agents/crash/computer/start", "start-1", nil, nil)
+			time.Sleep(after)
+			p.kill()
+
+			p = runSupervisor(t, dir)
+			st := waitSettled(t, p, "crash")
+			t.Logf("after restart: session %+v budget %+v", st.Session, st.Budget)
+			if st.Session != nil {
+				switch st.Session.State {
+				case "running":
+					var x execResult
+					p.must("POST", "/v1/agents/crash/computer/exec", map[string]any{"command": "echo alive"}, 200, &x)
+					if x.Stdout != "alive\n" {
+						t.Fatalf("adopted computer: %+v", x)
+					}
+					p.must("POST", "/v1/agents/crash/computer/stop", nil, 200, nil)
+				case "uncertain":
+					if code, _ := p.call("POST", "/v1/agents/crash/computer/start", "", nil, nil); code != 409 {
+						t.Fatalf("start while uncertain: %d, want 409", code)
+					}
+					p.must("POST", "/v1/agents/crash/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}, 200, nil)
+				default:
+					t.Fatalf("unexpected state %s", st.Session.State)
+				}
+			}
+			p.must("GET", "/v1/agents/crash/computer", nil, 200, &st)
+			if st.Session != nil || st.Budget.ReservedSeconds != 0 || st.Budget.UsedSeconds+st.Budget.LeftSeconds != st.Budget.DailySeconds {
+				t.Fatalf("after settling: session %+v budget %+v", st.Session, st.Budget)
+			}
+			dep := deploymentOf(t, dir)
+			waitGone(t, dep)
+			// A new start works and makes exactly one computer.
+			p.must("POST", "/v1/agents/crash/computer/start", nil, 200, nil)
+			p.must("POST", "/v1/agents/crash/computer/stop", nil, 200, nil)
+			waitGone(t, dep)
+		})
+	}
+}
+
+// waitGone waits until the deployment has no Docker objects left.
+func waitGone(t *testing.T, dep string) {
+	t.Helper()
+	if dep == "" {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := deploymentObjects(t, dep)
+		if left == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %s", left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestCrashDuringExec kills the supervisor while a command runs, restarts
+// it, and retries the call with the same Idempotency-Key: the answer is
+// uncertain and the command is not run again.
+func TestCrashDuringExec(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	dir := t.TempDir()
+	p := runSupervisor(t, dir)
+	p.must("POST", "/v1/agents", map[string]any{"id": "crash", "name": "crash"}, 201, nil)
+	p.must("POST", "/v1/computers", map[string]any{"agent": "crash", "provider": "docker", "leaseSeconds": 600, "dailySeconds": 3600}, 201, nil)
+	var sess session
+	p.must("POST", "/v1/agents/crash/computer/start", nil, 200, &sess)
+	cmd := map[string]any{"command": "echo started >> runs; sleep 2; echo finished >> runs"}
+	go p.call("POST", "/v1/agents/crash/computer/exec", "exec-1", cmd, nil)
+	time.Sleep(700 * time.Millisecond)
+	p.kill()
+
+	p = runSupervisor(t, dir)
+	var st status
+	p.must("GET", "/v1/agents/crash/computer", nil, 200, &st)
+	if st.Session == nil || st.Session.ID != sess.ID || st.Session.State != "running" {
+		t.Fatalf("after restart the session is %+v, want %s running", st.Session, sess.ID)
+	}
+	var x execResult
+	code, err := p.call("POST", "/v1/agents/crash/computer/exec", "exec-1", cmd, &x)
+	if err != nil || code != 200 || !x.Uncertain {
+		t.Fatalf("retry of the lost exec: %d %v %+v", code, err, x)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the command's own end
+	var runs execResult
+	p.must("POST", "/v1/agents/crash/computer/exec", map[string]any{"command": "grep -c started runs"}, 200, &runs)
+	if strings.TrimSpace(runs.Stdout) != "1" {
+		t.Fatalf("the command started %q times, want exactly once", runs.Stdout)
+	}
+	// The retry keeps its answer.
+	var again execResult
+	p.call("POST", "/v1/agents/crash/computer/exec", "exec-1", cmd, &again)
+	if !again.Uncertain {
+		t.Fatalf("second retry: %+v", again)
+	}
+	p.must("GET", "/v1/agents/crash/computer", nil, 200, &st)
+	if st.Budget.ReservedSeconds != 600 || st.Budget.LeftSeconds != 3000 {
+		t.Fatalf("budget after restart: %+v", st.Budget)
+	}
+	p.must("POST", "/v1/agents/crash/computer/stop", nil, 200, nil)
+	waitGone(t, deploymentOf(t, dir))
+	fmt.Fprint(io.Discard)
+}

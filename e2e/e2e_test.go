@@ -1,0 +1,177 @@
+// Package e2e holds the tests that cross parts: a real supervisor with the
+// real Docker provider and the computer images, driven through the REST API
+// and the berth CLI.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/supervisor/daemon"
+
+	_ "github.com/berthdev/berth/providers/standard"
+)
+
+// berthBin is the CLI built once for the tests that run it.
+var berthBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "berth-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	berthBin = filepath.Join(dir, "berth")
+	out, err := exec.Command("go", "build", "-o", berthBin, "../cmd/berth").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build berth: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireDocker skips when no engine answers, unless BERTH_REQUIRE_DOCKER=1
+// (as `make test` and CI set), where it fails instead.
+func requireDocker(t *testing.T, images ...string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Docker; run without -short (make test)")
+	}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("Docker engine unreachable: %v", err)
+		}
+		t.Skip("Docker engine unreachable; start it with `make docker`, or run `make test`")
+	}
+	for _, img := range images {
+		if err := exec.Command("docker", "image", "inspect", img).Run(); err != nil {
+			if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
+				t.Fatalf("image %s missing: run `make images`", img)
+			}
+			t.Skipf("image %s missing; build it with `make images`", img)
+		}
+	}
+}
+
+type super struct {
+	t     *testing.T
+	url   string
+	token string
+	d     *daemon.Daemon
+}
+
+// startSupervisor runs an in-process supervisor with the docker provider,
+// computers made from image.
+func startSupervisor(t *testing.T, image string) *super {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512"}
+	d, err := daemon.New(ctx, daemon.Options{
+		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
+		Getenv: func(k string) string { return env[k] },
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
+	s := &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		d.Close()
+	})
+	return s
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (s *super) call(method, path string, body any, out any) int {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		s.t.Logf("%s %s -> %d %s", method, path, resp.StatusCode, raw)
+	}
+	if out != nil {
+		json.Unmarshal(raw, out)
+	}
+	return resp.StatusCode
+}
+
+func (s *super) must(method, path string, body any, want int, out any) {
+	s.t.Helper()
+	if got := s.call(method, path, body, out); got != want {
+		s.t.Fatalf("%s %s: status %d, want %d", method, path, got, want)
+	}
+}
+
+type execResult struct {
+	ExitCode  int    `json:"exitCode"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	TimedOut  bool   `json:"timedOut"`
+	Uncertain bool   `json:"uncertain"`
+}
+
+func (s *super) exec(agent, cmd string) execResult {
+	s.t.Helper()
+	var x execResult
+	s.must("POST", "/v1/agents/"+agent+"/computer/exec", map[string]any{"command": cmd, "timeoutSeconds": 60}, 200, &x)
+	return x
+}
+
+// managed lists the Docker objects carrying the session's label.
+func managed(t *testing.T, session string) string {
+	t.Helper()
+	var all []string
+	for _, kind := range [][]string{{"ps", "-a", "-q"}, {"network", "ls", "-q"}, {"volume", "ls", "-q"}} {
+		args := append(kind, "--filter", "label=dev.berth.session="+session)
+		out, err := exec.Command("docker", args...).Output()
+		if err != nil {
+			t.Fatalf("docker %v: %v", args, err)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			all = append(all, kind[0]+": "+s)
+		}
+	}
+	return strings.Join(all, "; ")
+}

@@ -1,0 +1,482 @@
+#!/usr/bin/env bash
+# build.sh builds Berth's computer images from local files and Debian
+# packages only; no image registry is used.
+#
+#   berth/test:latest           FROM scratch: busybox and computerd (seconds)
+#   berth/debian-base:bookworm  debootstrap minbase, trimmed, imported
+#   berth/headless:latest       the base plus shell tools, git, Python,
+#                               Node.js, Chromium, agent-browser, computerd
+#
+# Usage: images/build.sh [test|headless|all]    (default: all)
+#
+# Every image is labelled dev.berth.inputs=<sha256 of what it is built from:
+# its build context (Dockerfile, files, computerd) and base image id, or for
+# the base its suite, architecture, mirrors and script>. When the tag already
+# names an image with the same label, its build is skipped.
+#
+# Environment:
+#   COMPUTERD_BIN                use this computerd binary instead of building
+#                                ./images/computerd/cmd/computerd
+#   BERTH_DEBIAN_MIRROR          Debian mirror for the base (default: the one
+#                                in this machine's apt sources)
+#   BERTH_DEBIAN_SECURITY        Debian security mirror, or "none" (default:
+#                                the one in this machine's apt sources)
+#   BERTH_AGENT_BROWSER_VERSION  agent-browser npm version (default: the one
+#                                pinned, with its integrity, in
+#                                images/headless/agent-browser.pin)
+#   BERTH_IMAGES_CACHE           work folder (default ~/.cache/berth/images)
+#   BERTH_IMAGES_FORCE=1         rebuild even when the inputs are unchanged,
+#                                without Docker's layer cache
+#   BERTH_IMAGES_VERBOSE=1       show the full docker build output
+set -euo pipefail
+export LC_ALL=C
+
+readonly ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+readonly IMAGES=$ROOT/images
+readonly SUITE=bookworm
+readonly LABEL=dev.berth.inputs
+readonly TEST_TAG=berth/test:latest
+readonly BASE_TAG=berth/debian-base:$SUITE
+readonly HEADLESS_TAG=berth/headless:latest
+
+CACHE=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/berth/images}
+FORCE=${BERTH_IMAGES_FORCE:-0}
+VERBOSE=${BERTH_IMAGES_VERBOSE:-0}
+SUMMARY=()
+CLEANUP=()
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }
+
+usage() {
+	sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+	exit 2
+}
+
+cleanup() {
+	local d m
+	for d in "${CLEANUP[@]}"; do
+		[ -d "$d" ] || continue
+		# A failed debootstrap can leave proc or sys mounted inside its target.
+		awk -v d="$d/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts 2>/dev/null |
+			sort -r | while read -r m; do umount -l "$m" || true; done
+		rm -rf --one-file-system "$d"
+	done
+}
+trap cleanup EXIT
+
+# since START prints the seconds elapsed since START (an $EPOCHREALTIME).
+since() { awk -v s="$1" -v e="$EPOCHREALTIME" 'BEGIN { printf "%.1fs", e - s }'; }
+
+sha256() { sha256sum | cut -d' ' -f1; }
+
+# tmpdir VAR NAME makes a work folder, removed at exit, and sets VAR to it.
+tmpdir() {
+	local d
+	mkdir -p "$CACHE/tmp"
+	d=$(mktemp -d "$CACHE/tmp/$2.XXXXXX")
+	CLEANUP+=("$d")
+	printf -v "$1" '%s' "$d"
+}
+
+# install_pkg PKG installs a Debian package on this machine, when allowed.
+install_pkg() {
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		die "$1 is needed: install the Debian package $1"
+	fi
+	log "installing $1 on this machine"
+	apt-get install -y --no-install-recommends "$1" >/dev/null 2>&1 ||
+		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "$1" >/dev/null; } ||
+		die "could not install $1"
+}
+
+# arch prints the Debian (and Go) name of this machine's architecture.
+arch() {
+	local a
+	if command -v dpkg >/dev/null; then
+		a=$(dpkg --print-architecture)
+	else
+		case $(uname -m) in
+		x86_64 | amd64) a=amd64 ;;
+		aarch64 | arm64) a=arm64 ;;
+		*) a=$(uname -m) ;;
+		esac
+	fi
+	case $a in
+	amd64 | arm64) printf '%s\n' "$a" ;;
+	*) die "unsupported architecture $a (amd64 and arm64 are)" ;;
+	esac
+}
+
+check_docker() {
+	command -v docker >/dev/null || die "docker is not installed (apt-get install docker.io)"
+	local server
+	server=$(docker version --format '{{.Server.Arch}}' 2>/dev/null) ||
+		die "the Docker engine does not answer; start it with: setsid dockerd >/tmp/dockerd.log 2>&1 &"
+	[ "$server" = "$ARCH" ] ||
+		die "the Docker engine runs $server but this machine is $ARCH: images are built for the machine's own architecture"
+}
+
+# elf_check FILE WHAT fails unless FILE is a static ELF for this architecture
+# (when readelf is there to tell).
+elf_check() {
+	command -v readelf >/dev/null || return 0
+	local machine want
+	machine=$(readelf -hW "$1" 2>/dev/null | awk -F: '/Machine:/ { sub(/^[ \t]+/, "", $2); print $2 }')
+	[ -n "$machine" ] || die "$2 ($1) is not an ELF binary"
+	case $ARCH in amd64) want='X86-64' ;; arm64) want='AArch64' ;; esac
+	case $machine in *"$want"*) ;; *) die "$2 ($1) is built for '$machine', not $ARCH" ;; esac
+	if readelf -lW "$1" | grep -q 'program interpreter'; then
+		die "$2 ($1) is dynamically linked; it must be static"
+	fi
+}
+
+# put SRC DST copies a file into a build context with a fixed mode, so that
+# the context (and its hash) does not depend on the checkout's umask.
+put() {
+	local mode=0644
+	[ -x "$1" ] && mode=0755
+	install -D -m "$mode" "$1" "$2"
+}
+
+# put_tree SRC DST copies a folder into a build context, modes fixed.
+put_tree() {
+	local f
+	install -d -m 0755 "$2"
+	while IFS= read -r -d '' f; do
+		if [ -d "$1/$f" ]; then
+			install -d -m 0755 "$2/$f"
+		else
+			put "$1/$f" "$2/$f"
+		fi
+	done < <(cd "$1" && find . -mindepth 1 \( -type d -o -type f \) -print0 | sort -z)
+}
+
+# context_hash DIR prints a hash of a build context: every path, type, mode
+# and file content.
+context_hash() {
+	(
+		cd "$1"
+		find . -printf '%y %m %p\n' | sort
+		find . -type f -print0 | sort -z | xargs -0 -r sha256sum
+	) | sha256
+}
+
+image_id() { docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+
+image_size() {
+	docker image inspect --format '{{.Size}}' "$1" | awk '{ printf "%.0f MB", $1 / 1e6 }'
+}
+
+# up_to_date TAG HASH is true when TAG is an image built from inputs HASH.
+# (Only the tag is asked: labels are inherited, so an intermediate image of
+# a later build carries its base's label too.)
+up_to_date() {
+	[ "$FORCE" = 1 ] && return 1
+	[ "$(docker image inspect --format "{{index .Config.Labels \"$LABEL\"}}" "$1" 2>/dev/null)" = "$2" ]
+}
+
+# retire OLD_ID TAG removes the image TAG pointed at before a rebuild, when
+# nothing else uses it any more.
+retire() {
+	[ -n "$1" ] && [ "$1" != "$(image_id "$2")" ] || return 0
+	docker rmi "$1" >/dev/null 2>&1 || true
+}
+
+record() {
+	SUMMARY+=("$(printf '%-28s %-8s %8s  %8s  %s' "$1" "$2" "$3" "$(image_size "$1")" "$(image_id "$1" | cut -c8-19)")")
+}
+
+# docker_build NAME TAG CONTEXT HASH [docker build args...]
+docker_build() {
+	local name=$1 tag=$2 ctx=$3 hash=$4
+	shift 4
+	local args=(--force-rm --tag "$tag" --label "$LABEL=$hash" --label "dev.berth.image=$name" "$@")
+	[ "$FORCE" = 1 ] && args+=(--no-cache)
+	local v
+	for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+		[ -n "${!v:-}" ] && args+=(--build-arg "$v")
+	done
+	mkdir -p "$CACHE/logs"
+	local logf=$CACHE/logs/$name.log
+	if [ "$VERBOSE" = 1 ]; then
+		docker build "${args[@]}" "$ctx" 2>&1 | tee "$logf"
+	else
+		docker build "${args[@]}" "$ctx" >"$logf" 2>&1 ||
+			{ tail -n 40 "$logf" >&2; die "building $tag failed; full output in $logf"; }
+		awk '/^Step [0-9]+\/[0-9]+ : / { print "    " substr($0, 1, 100) }' "$logf" >&2
+	fi
+}
+
+# computerd prints the path of the computerd binary for the images, built
+# for this architecture unless COMPUTERD_BIN names one.
+computerd() {
+	local bin
+	if [ -n "${COMPUTERD_BIN:-}" ]; then
+		[ -f "$COMPUTERD_BIN" ] || die "COMPUTERD_BIN=$COMPUTERD_BIN does not exist"
+		bin=$(cd "$(dirname "$COMPUTERD_BIN")" && pwd -P)/$(basename "$COMPUTERD_BIN")
+	else
+		[ -d "$IMAGES/computerd/cmd/computerd" ] ||
+			die "no ./images/computerd/cmd/computerd package yet; set COMPUTERD_BIN to a static linux/$ARCH binary"
+		command -v go >/dev/null || die "go is needed to build computerd (or set COMPUTERD_BIN)"
+		bin=$CACHE/$ARCH/computerd
+		local t=$EPOCHREALTIME
+		(cd "$ROOT" && CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH \
+			go build -trimpath -ldflags='-s -w' -o "$bin" ./images/computerd/cmd/computerd) ||
+			die "building computerd failed"
+		log "computerd built for linux/$ARCH in $(since "$t")"
+	fi
+	elf_check "$bin" computerd
+	printf '%s\n' "$bin"
+}
+
+# busybox prints the path of a static busybox on this machine.
+busybox() {
+	local b
+	for b in ${BERTH_BUSYBOX:-} /bin/busybox /usr/bin/busybox; do
+		if [ -x "$b" ] && ! { command -v readelf >/dev/null && readelf -lW "$b" | grep -q 'program interpreter'; }; then
+			printf '%s\n' "$b"
+			return
+		fi
+	done
+	install_pkg busybox-static
+	printf '/bin/busybox\n'
+}
+
+build_test() {
+	local ctx hash old t
+	tmpdir ctx test
+	put "$IMAGES/test/Dockerfile" "$ctx/Dockerfile"
+	put_tree "$IMAGES/test/rootfs" "$ctx/rootfs"
+	local bb
+	bb=$(busybox)
+	elf_check "$bb" busybox
+	install -m 0755 "$bb" "$ctx/busybox"
+	install -m 0755 "$COMPUTERD" "$ctx/computerd"
+	hash=$(printf 'image=test\ncontext=%s\n' "$(context_hash "$ctx")" | sha256)
+
+	if up_to_date "$TEST_TAG" "$hash"; then
+		log "$TEST_TAG is up to date (inputs ${hash:0:12}), skipped"
+		record "$TEST_TAG" skipped -
+		return
+	fi
+	log "building $TEST_TAG (inputs ${hash:0:12})"
+	old=$(image_id "$TEST_TAG")
+	t=$EPOCHREALTIME
+	docker_build test "$TEST_TAG" "$ctx" "$hash"
+	local took
+	took=$(since "$t")
+	retire "$old" "$TEST_TAG"
+	log "built $TEST_TAG in $took ($(image_size "$TEST_TAG"))"
+	record "$TEST_TAG" built "$took"
+}
+
+# apt_sources prints "URI SUITE" for every enabled deb source of this machine,
+# from both the one-line and the deb822 formats.
+apt_sources() {
+	local f
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		awk '$1 == "deb" {
+			i = 2
+			if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+			if (i + 1 <= NF) print $i, $(i + 1)
+		}' "$f"
+	done
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk '
+		function flush(   n, m, i, j, u, s) {
+			if (types ~ /(^|[ \t])deb([ \t]|$)/ && enabled != "no") {
+				n = split(uris, u, /[ \t]+/); m = split(suites, s, /[ \t]+/)
+				for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) if (u[i] != "" && s[j] != "") print u[i], s[j]
+			}
+			types = uris = suites = ""; enabled = "yes"
+		}
+		BEGIN { enabled = "yes" }
+		/^[ \t]*#/ { next }
+		/^[ \t]*$/ { flush(); next }
+		/^[A-Za-z-]+:/ {
+			key = tolower($0); sub(/:.*/, "", key)
+			val = $0; sub(/^[^:]*:[ \t]*/, "", val)
+			if (key == "types") types = val
+			else if (key == "uris") uris = val
+			else if (key == "suites") suites = val
+			else if (key == "enabled") enabled = tolower(val)
+		}
+		END { flush() }' "$f"
+	done
+}
+
+# debian_mirrors sets MIRROR and SECURITY for the base image.
+debian_mirrors() {
+	local sources
+	sources=$(apt_sources | sed 's#/*  *# #')
+	MIRROR=${BERTH_DEBIAN_MIRROR:-}
+	if [ -z "$MIRROR" ]; then
+		MIRROR=$(awk -v s="$SUITE" '$2 == s { print $1; exit }' <<<"$sources")
+	fi
+	if [ -z "$MIRROR" ]; then
+		MIRROR=$(awk '$1 ~ /\/debian$/ && $2 !~ /-security$/ { print $1; exit }' <<<"$sources")
+	fi
+	MIRROR=${MIRROR:-http://deb.debian.org/debian}
+	SECURITY=${BERTH_DEBIAN_SECURITY:-}
+	if [ -z "$SECURITY" ]; then
+		SECURITY=$(awk -v s="$SUITE-security" '$2 == s { print $1; exit }' <<<"$sources")
+	fi
+	[ "$SECURITY" = none ] && SECURITY=
+	MIRROR=${MIRROR%/}
+	SECURITY=${SECURITY%/}
+}
+
+build_base() {
+	debian_mirrors
+	local script=$IMAGES/scripts/debian-rootfs.sh hash
+	hash=$({
+		printf 'image=debian-base\nsuite=%s\narch=%s\nmirror=%s\nsecurity=%s\n' "$SUITE" "$ARCH" "$MIRROR" "$SECURITY"
+		sha256sum <"$script"
+	} | sha256)
+
+	if up_to_date "$BASE_TAG" "$hash"; then
+		log "$BASE_TAG is up to date (inputs ${hash:0:12}), skipped"
+		record "$BASE_TAG" skipped -
+		return
+	fi
+	[ "$(id -u)" = 0 ] || die "building $BASE_TAG needs root (debootstrap)"
+	command -v debootstrap >/dev/null || install_pkg debootstrap
+
+	log "building $BASE_TAG (inputs ${hash:0:12}): debootstrap $SUITE for $ARCH from $MIRROR${SECURITY:+, security from $SECURITY}"
+	local rootfs old t t0 took
+	tmpdir rootfs rootfs
+	t0=$EPOCHREALTIME
+	t=$t0
+	bash "$script" "$rootfs" "$SUITE" "$MIRROR" "$SECURITY" >"$CACHE/logs/debootstrap.log" 2>&1 ||
+		{ tail -n 40 "$CACHE/logs/debootstrap.log" >&2; die "debootstrap failed; full output in $CACHE/logs/debootstrap.log"; }
+	log "debootstrap and trim took $(since "$t") ($(du -sm --one-file-system "$rootfs" | cut -f1) MB)"
+
+	old=$(image_id "$BASE_TAG")
+	t=$EPOCHREALTIME
+	tar --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -C "$rootfs" -c . |
+		docker import \
+			--change "LABEL $LABEL=$hash" \
+			--change 'LABEL dev.berth.image=debian-base' \
+			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+			--change 'CMD ["bash"]' \
+			- "$BASE_TAG" >/dev/null
+	log "import took $(since "$t")"
+	took=$(since "$t0")
+	retire "$old" "$BASE_TAG"
+	log "built $BASE_TAG in $took ($(image_size "$BASE_TAG"))"
+	record "$BASE_TAG" built "$took"
+}
+
+# sri_sha512 FILE prints FILE's npm integrity string (sha512-<base64>).
+sri_sha512() {
+	printf 'sha512-%s\n' "$(printf '%b' "$(sha512sum "$1" | cut -d' ' -f1 | sed 's/../\\x&/g')" | base64 -w0)"
+}
+
+# agent_browser DEST puts the agent-browser npm package into DEST with only
+# this architecture's native CLI. The package is fetched on this machine
+# (with its npm, or curl from the public registry), kept in the cache and
+# checked against images/headless/agent-browser.pin.
+agent_browser() {
+	local pin=$IMAGES/headless/agent-browser.pin version integrity
+	version=$(sed -n 's/^version=//p' "$pin")
+	integrity=$(sed -n 's/^integrity=//p' "$pin")
+	[ -n "$version" ] && [ -n "$integrity" ] || die "$pin needs version= and integrity= lines"
+	if [ -n "${BERTH_AGENT_BROWSER_VERSION:-}" ] && [ "$BERTH_AGENT_BROWSER_VERSION" != "$version" ]; then
+		version=$BERTH_AGENT_BROWSER_VERSION
+		integrity=
+	fi
+
+	local tgz=$CACHE/npm/agent-browser-$version.tgz tmp
+	tmpdir tmp agent-browser
+	if [ ! -s "$tgz" ]; then
+		mkdir -p "$CACHE/npm"
+		local t=$EPOCHREALTIME
+		if command -v npm >/dev/null; then
+			(cd "$tmp" && npm pack --silent "agent-browser@$version" >/dev/null) ||
+				die "npm pack agent-browser@$version failed"
+			mv "$tmp/agent-browser-$version.tgz" "$tgz"
+		elif command -v curl >/dev/null; then
+			curl -fsSL -o "$tgz.part" "https://registry.npmjs.org/agent-browser/-/agent-browser-$version.tgz" ||
+				die "downloading agent-browser@$version failed"
+			mv "$tgz.part" "$tgz"
+		else
+			die "npm or curl is needed to fetch the agent-browser package"
+		fi
+		log "fetched agent-browser@$version in $(since "$t")"
+	fi
+	if [ -n "$integrity" ]; then
+		local got
+		got=$(sri_sha512 "$tgz")
+		[ "$got" = "$integrity" ] ||
+			{ rm -f "$tgz"; die "agent-browser@$version is $got, but $pin says $integrity"; }
+	else
+		log "agent-browser@$version is not the pinned version; its integrity is not checked against $pin"
+	fi
+
+	local platform
+	case $ARCH in amd64) platform=linux-x64 ;; arm64) platform=linux-arm64 ;; esac
+	tar -xzf "$tgz" -C "$tmp" package
+	find "$tmp/package/bin" -maxdepth 1 -type f -name 'agent-browser-*' ! -name "agent-browser-$platform" -delete
+	[ -f "$tmp/package/bin/agent-browser-$platform" ] ||
+		die "agent-browser@$version has no native CLI for $platform"
+	chmod 0755 "$tmp/package/bin/agent-browser-$platform"
+	put_tree "$tmp/package" "$1"
+}
+
+build_headless() {
+	build_base
+
+	local ctx hash base old t took
+	base=$(image_id "$BASE_TAG")
+	tmpdir ctx headless
+	put "$IMAGES/headless/Dockerfile" "$ctx/Dockerfile"
+	put_tree "$IMAGES/headless/rootfs" "$ctx/rootfs"
+	agent_browser "$ctx/agent-browser"
+	install -m 0755 "$COMPUTERD" "$ctx/computerd"
+	hash=$(printf 'image=headless\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
+
+	if up_to_date "$HEADLESS_TAG" "$hash"; then
+		log "$HEADLESS_TAG is up to date (inputs ${hash:0:12}), skipped"
+		record "$HEADLESS_TAG" skipped -
+		return
+	fi
+	log "building $HEADLESS_TAG (inputs ${hash:0:12}) from $BASE_TAG"
+	old=$(image_id "$HEADLESS_TAG")
+	t=$EPOCHREALTIME
+	docker_build headless "$HEADLESS_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$BASE_TAG"
+	took=$(since "$t")
+	retire "$old" "$HEADLESS_TAG"
+	log "built $HEADLESS_TAG in $took ($(image_size "$HEADLESS_TAG"))"
+	record "$HEADLESS_TAG" built "$took"
+}
+
+main() {
+	local what=${1:-all}
+	case $what in
+	test | headless | all) ;;
+	-h | --help | help) usage ;;
+	*) usage ;;
+	esac
+	[ "$#" -le 1 ] || usage
+
+	ARCH=$(arch)
+	check_docker
+	mkdir -p "$CACHE/logs"
+	local t=$EPOCHREALTIME
+	COMPUTERD=$(computerd)
+
+	case $what in
+	test) build_test ;;
+	headless) build_headless ;;
+	all) build_test && build_headless ;;
+	esac
+
+	printf '\n%-28s %-8s %8s  %8s  %s\n' image result time size id
+	printf '%s\n' "${SUMMARY[@]}"
+	printf 'total %s (linux/%s)\n' "$(since "$t")" "$ARCH"
+}
+
+main "$@"

@@ -1,0 +1,92 @@
+package docker
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// BenchmarkColdStart compares Create (network, volume and hardened
+// container, until the container runs) with a bare ContainerCreate and
+// ContainerStart of the same image on the engine's default network, measured
+// in the same run, alternating which goes first. It reports the medians and
+// the median of the paired ratios:
+//
+//	go test ./providers/docker -run '^$' -bench ColdStart -benchtime 10x
+func BenchmarkColdStart(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	d := newTestDocker(b, ctx, Options{})
+	d.log = slog.New(slog.DiscardHandler)
+	var ours, bare []time.Duration
+
+	timeOurs := func() {
+		spec := testSpec(b)
+		b.Cleanup(func() {
+			ctx, cancel := cleanupContext()
+			defer cancel()
+			d.Destroy(ctx, ContainerPrefix+spec.ComputerID)
+		})
+		start := time.Now()
+		m, err := d.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours = append(ours, time.Since(start))
+		if err := d.Destroy(ctx, m.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	timeBare := func() {
+		name := "berth-provider-bench-" + randomID(b)
+		b.Cleanup(func() {
+			ctx, cancel := cleanupContext()
+			defer cancel()
+			d.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+		})
+		start := time.Now()
+		if _, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: testImage}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		bare = append(bare, time.Since(start))
+		if _, err := d.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			timeOurs()
+			timeBare()
+		} else {
+			timeBare()
+			timeOurs()
+		}
+	}
+	// The ratio is the median of each pair's ratio, which a drift in the
+	// engine's speed over the run affects less than a ratio of medians.
+	ratios := make([]float64, len(ours))
+	for i := range ours {
+		ratios[i] = float64(ours[i]) / float64(bare[i])
+	}
+	b.ReportMetric(float64(median(ours).Microseconds())/1000, "create-ms")
+	b.ReportMetric(float64(median(bare).Microseconds())/1000, "bare-ms")
+	b.ReportMetric(median(ratios), "ratio")
+	b.Logf("create %v, bare create+start %v", ours, bare)
+}
+
+func median[T time.Duration | float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,13 @@
+package docker
+
+import "errors"
+
+// Errors the docker provider returns besides the providers package's own.
+var (
+	// ErrNotManaged: the container named in Destroy or Stats was not created
+	// by Berth, so the provider leaves it alone.
+	ErrNotManaged = errors.New("container not managed by Berth")
+	// ErrLeftover: resources of an earlier attempt for the same computer are
+	// still on the host; destroy the computer before creating it again.
+	ErrLeftover = errors.New("resources of an earlier attempt remain")
+)

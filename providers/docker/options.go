@@ -1,0 +1,247 @@
+package docker
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/berthdev/berth/providers"
+)
+
+// Settings the docker provider reads, by their SPEC names.
+const (
+	SettingSocket         = "DOCKER_SOCKET"
+	SettingHeadlessImage  = "COMPUTER_IMAGE_HEADLESS"
+	SettingDesktopImage   = "COMPUTER_IMAGE_DESKTOP"
+	SettingMemoryMB       = "COMPUTER_MEMORY_MB"
+	SettingCPUs           = "COMPUTER_CPUS"
+	SettingRuntime        = "SANDBOX_RUNTIME"
+	SettingPids           = "COMPUTER_PIDS"
+	SettingTmpMB          = "COMPUTER_TMP_MB"
+	SettingShmMB          = "COMPUTER_SHM_MB"
+	SettingJoinContainers = "DOCKER_JOIN_CONTAINERS"
+)
+
+// Defaults for the settings.
+const (
+	DefaultSocket        = "unix:///var/run/docker.sock"
+	DefaultHeadlessImage = "berth/headless:latest"
+	DefaultDesktopImage  = "berth/desktop:latest"
+	DefaultMemoryMB      = 2048
+	DefaultCPUs          = 1.0
+	DefaultPids          = 512
+	DefaultTmpMB         = 1024
+	DefaultShmMB         = 512
+)
+
+// Ranges the settings are checked against.
+const (
+	MinMemoryMB = 64
+	MaxMemoryMB = 1 << 20 // 1 TiB
+	MinCPUs     = 0.01
+	MaxCPUs     = 1024
+	MinPids     = 32
+	MaxPids     = 4194304 // the kernel's pid_max ceiling
+	MinTmpMB    = 1
+	MaxTmpMB    = 1 << 20
+	MinShmMB    = 1
+	MaxShmMB    = 1 << 20
+)
+
+// Options configure a Docker provider. A zero field takes its default; a
+// field set out of range makes New fail with an error naming the setting.
+type Options struct {
+	// Host is the Docker engine's address: unix:///var/run/docker.sock, a
+	// plain socket path, or tcp://host:port (DOCKER_SOCKET).
+	Host string
+	// HeadlessImage and DesktopImage are the image references computers
+	// start from (COMPUTER_IMAGE_HEADLESS, COMPUTER_IMAGE_DESKTOP).
+	HeadlessImage string
+	DesktopImage  string
+	// MemoryMB is each computer's memory limit; swap is capped at the same
+	// amount (COMPUTER_MEMORY_MB).
+	MemoryMB int64
+	// CPUs is each computer's CPU quota, in CPUs (COMPUTER_CPUS).
+	CPUs float64
+	// Pids bounds the processes in each computer (COMPUTER_PIDS).
+	Pids int64
+	// TmpMB is the size of each computer's in-memory /tmp (COMPUTER_TMP_MB).
+	TmpMB int64
+	// ShmMB is the size of each computer's /dev/shm (COMPUTER_SHM_MB).
+	ShmMB int64
+	// Runtime is the OCI runtime computers run under; empty means the
+	// engine's default, "runsc" means gVisor (SANDBOX_RUNTIME).
+	Runtime string
+	// JoinContainers are containers (names or ids) connected to every new
+	// computer network, so that they can reach the computer: the supervisor
+	// when it runs in a container, the egress proxy, the TURN relay
+	// (DOCKER_JOIN_CONTAINERS, comma-separated).
+	JoinContainers []string
+	// Logger receives the provider's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// OptionsFromConfig reads the provider's settings. Unset settings take their
+// defaults; a malformed or out-of-range value is an error naming the setting
+// and the values it accepts.
+func OptionsFromConfig(cfg providers.Config) (Options, error) {
+	o := Options{
+		Host:          cfg.Get(SettingSocket, DefaultSocket),
+		HeadlessImage: cfg.Get(SettingHeadlessImage, DefaultHeadlessImage),
+		DesktopImage:  cfg.Get(SettingDesktopImage, DefaultDesktopImage),
+		Runtime:       cfg.Get(SettingRuntime, ""),
+		Logger:        cfg.Logger,
+	}
+	var err error
+	if o.MemoryMB, err = intSetting(cfg, SettingMemoryMB, DefaultMemoryMB, MinMemoryMB, MaxMemoryMB, "megabytes"); err != nil {
+		return Options{}, err
+	}
+	if o.CPUs, err = cpuSetting(cfg); err != nil {
+		return Options{}, err
+	}
+	if o.Pids, err = intSetting(cfg, SettingPids, DefaultPids, MinPids, MaxPids, "processes"); err != nil {
+		return Options{}, err
+	}
+	if o.TmpMB, err = intSetting(cfg, SettingTmpMB, DefaultTmpMB, MinTmpMB, MaxTmpMB, "megabytes"); err != nil {
+		return Options{}, err
+	}
+	if o.ShmMB, err = intSetting(cfg, SettingShmMB, DefaultShmMB, MinShmMB, MaxShmMB, "megabytes"); err != nil {
+		return Options{}, err
+	}
+	for name := range strings.SplitSeq(cfg.Get(SettingJoinContainers, ""), ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			o.JoinContainers = append(o.JoinContainers, name)
+		}
+	}
+	return o.withDefaults()
+}
+
+func intSetting(cfg providers.Config, name string, def, lo, hi int64, unit string) (int64, error) {
+	s := strings.TrimSpace(cfg.Get(name, strconv.FormatInt(def, 10)))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q is not a whole number: want %d to %d (%s)", name, s, lo, hi, unit)
+	}
+	if v < lo || v > hi {
+		return 0, rangeError(name, strconv.FormatInt(v, 10), lo, hi, unit)
+	}
+	return v, nil
+}
+
+func cpuSetting(cfg providers.Config) (float64, error) {
+	s := strings.TrimSpace(cfg.Get(SettingCPUs, strconv.FormatFloat(DefaultCPUs, 'g', -1, 64)))
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%s=%q is not a number: want %g to %d (CPUs, fractions allowed)", SettingCPUs, s, MinCPUs, MaxCPUs)
+	}
+	if v < MinCPUs || v > MaxCPUs {
+		return 0, fmt.Errorf("%s=%s is out of range: want %g to %d (CPUs, fractions allowed)", SettingCPUs, s, MinCPUs, MaxCPUs)
+	}
+	return v, nil
+}
+
+func rangeError(name, v string, lo, hi int64, unit string) error {
+	return fmt.Errorf("%s=%s is out of range: want %d to %d (%s)", name, v, lo, hi, unit)
+}
+
+var (
+	runtimeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	// computerID is what Docker accepts in container, network and volume
+	// names after their prefix.
+	computerID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// withDefaults fills zero fields with their defaults and checks the rest.
+func (o Options) withDefaults() (Options, error) {
+	if o.Host == "" {
+		o.Host = DefaultSocket
+	}
+	host, err := normalizeHost(o.Host)
+	if err != nil {
+		return Options{}, err
+	}
+	o.Host = host
+	if o.HeadlessImage == "" {
+		o.HeadlessImage = DefaultHeadlessImage
+	}
+	if o.DesktopImage == "" {
+		o.DesktopImage = DefaultDesktopImage
+	}
+	for _, im := range []struct{ setting, ref string }{
+		{SettingHeadlessImage, o.HeadlessImage},
+		{SettingDesktopImage, o.DesktopImage},
+	} {
+		if strings.ContainsFunc(im.ref, func(r rune) bool { return r <= ' ' }) {
+			return Options{}, fmt.Errorf("%s=%q is not an image reference: want NAME[:TAG], e.g. %s", im.setting, im.ref, DefaultHeadlessImage)
+		}
+	}
+	ints := []struct {
+		v       *int64
+		def     int64
+		lo, hi  int64
+		setting string
+		unit    string
+	}{
+		{&o.MemoryMB, DefaultMemoryMB, MinMemoryMB, MaxMemoryMB, SettingMemoryMB, "megabytes"},
+		{&o.Pids, DefaultPids, MinPids, MaxPids, SettingPids, "processes"},
+		{&o.TmpMB, DefaultTmpMB, MinTmpMB, MaxTmpMB, SettingTmpMB, "megabytes"},
+		{&o.ShmMB, DefaultShmMB, MinShmMB, MaxShmMB, SettingShmMB, "megabytes"},
+	}
+	for _, f := range ints {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+		if *f.v < f.lo || *f.v > f.hi {
+			return Options{}, rangeError(f.setting, strconv.FormatInt(*f.v, 10), f.lo, f.hi, f.unit)
+		}
+	}
+	if o.CPUs == 0 {
+		o.CPUs = DefaultCPUs
+	}
+	if !(o.CPUs >= MinCPUs && o.CPUs <= MaxCPUs) {
+		return Options{}, fmt.Errorf("%s=%g is out of range: want %g to %d (CPUs, fractions allowed)", SettingCPUs, o.CPUs, MinCPUs, MaxCPUs)
+	}
+	if o.Runtime != "" && !runtimeName.MatchString(o.Runtime) {
+		return Options{}, fmt.Errorf("%s=%q is not a runtime name: want empty (Docker's default) or a runtime registered with the engine, e.g. runsc", SettingRuntime, o.Runtime)
+	}
+	for _, c := range o.JoinContainers {
+		if c == "" || strings.ContainsFunc(c, func(r rune) bool { return r <= ' ' || r == ',' }) {
+			return Options{}, fmt.Errorf("%s: %q is not a container name or id", SettingJoinContainers, c)
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// normalizeHost turns a DOCKER_SOCKET value into an engine address.
+func normalizeHost(h string) (string, error) {
+	h = strings.TrimSpace(h)
+	if strings.HasPrefix(h, "/") {
+		h = "unix://" + h
+	}
+	bad := fmt.Errorf("%s=%q is not a Docker endpoint: want unix:///path/to/docker.sock, a socket path, or tcp://host:port", SettingSocket, h)
+	scheme, rest, ok := strings.Cut(h, "://")
+	if !ok || rest == "" {
+		return "", bad
+	}
+	switch scheme {
+	case "unix":
+		if !strings.HasPrefix(rest, "/") {
+			return "", bad
+		}
+	case "tcp":
+		u, err := url.Parse(h)
+		if err != nil || u.Host == "" {
+			return "", bad
+		}
+	default:
+		return "", bad
+	}
+	return h, nil
+}

@@ -1,0 +1,214 @@
+// Package fake is a scripted provider for tests and demos. Its machines are
+// real computerd servers running in-process on loopback, each with its own
+// home folder, so every tool call does real work. Faults can be injected:
+// lost create replies, slow creates, failing destroys and machines that die.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/providers"
+)
+
+// ID is the fake provider's registry id.
+const ID = "fake"
+
+// Faults script what the next calls do. Counters count down as they are used.
+type Faults struct {
+	// LoseCreateReplies makes the next n creates make the machine, then
+	// answer an error as if the reply was lost.
+	LoseCreateReplies int
+	// FailCreates makes the next n creates fail before making anything,
+	// with CreateErr (default providers.ErrUnavailable).
+	FailCreates int
+	CreateErr   error
+	// CreateDelay delays every create.
+	CreateDelay time.Duration
+	// FailDestroys makes the next n destroys fail.
+	FailDestroys int
+}
+
+// Provider is the fake provider.
+type Provider struct {
+	dir string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	faults   Faults
+	machines map[string]*machine
+	creates  int
+	destroys int
+}
+
+type machine struct {
+	m    providers.Machine
+	srv  *http.Server
+	ln   net.Listener
+	home string
+}
+
+// New returns a fake provider whose machines keep their homes under dir.
+func New(dir string, log *slog.Logger) *Provider {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{dir: dir, log: log, machines: map[string]*machine{}}
+}
+
+func init() {
+	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
+		dir := cfg.Get("FAKE_PROVIDER_DIR", "")
+		if dir == "" {
+			d, err := os.MkdirTemp("", "berth-fake-")
+			if err != nil {
+				return nil, err
+			}
+			dir = d
+		}
+		return New(dir, cfg.Logger), nil
+	})
+}
+
+// SetFaults replaces the scripted faults.
+func (p *Provider) SetFaults(f Faults) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = f
+}
+
+// Counts returns how many creates and destroys were called.
+func (p *Provider) Counts() (creates, destroys int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.creates, p.destroys
+}
+
+// Create implements providers.Provider.
+func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	p.mu.Lock()
+	p.creates++
+	f := &p.faults
+	delay := f.CreateDelay
+	var failErr error
+	if f.FailCreates > 0 {
+		f.FailCreates--
+		failErr = f.CreateErr
+		if failErr == nil {
+			failErr = providers.ErrUnavailable
+		}
+	}
+	lose := false
+	if failErr == nil && f.LoseCreateReplies > 0 {
+		f.LoseCreateReplies--
+		lose = true
+	}
+	p.mu.Unlock()
+
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return providers.Machine{}, ctx.Err()
+		}
+	}
+	if failErr != nil {
+		return providers.Machine{}, fmt.Errorf("fake create: %w", failErr)
+	}
+	id := "fake-" + spec.ComputerID
+	home := filepath.Join(p.dir, id)
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return providers.Machine{}, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	h := server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake"})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	m := providers.Machine{ID: id, Endpoint: "http://" + ln.Addr().String(), Labels: spec.Labels()}
+	p.mu.Lock()
+	p.machines[id] = &machine{m: m, srv: srv, ln: ln, home: home}
+	p.mu.Unlock()
+	if lose {
+		return providers.Machine{}, errors.New("fake create: connection reset before the reply")
+	}
+	return m, nil
+}
+
+// Destroy implements providers.Provider.
+func (p *Provider) Destroy(ctx context.Context, machineID string) error {
+	p.mu.Lock()
+	p.destroys++
+	if p.faults.FailDestroys > 0 {
+		p.faults.FailDestroys--
+		p.mu.Unlock()
+		return fmt.Errorf("fake destroy %s: %w", machineID, providers.ErrUnavailable)
+	}
+	mc := p.machines[machineID]
+	delete(p.machines, machineID)
+	p.mu.Unlock()
+	if mc == nil {
+		return nil
+	}
+	mc.srv.Close()
+	return os.RemoveAll(mc.home)
+}
+
+// Kill makes a machine die as if its host crashed: its daemon stops
+// answering and in-flight calls lose their connection. The machine stays
+// listed until destroyed.
+func (p *Provider) Kill(machineID string) {
+	p.mu.Lock()
+	mc := p.machines[machineID]
+	p.mu.Unlock()
+	if mc != nil {
+		mc.srv.Close()
+	}
+}
+
+// List implements providers.Lister.
+func (p *Provider) List(ctx context.Context) ([]providers.Machine, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]providers.Machine, 0, len(p.machines))
+	for _, mc := range p.machines {
+		out = append(out, mc.m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Home returns the home folder of a machine, for tests that check files.
+func (p *Provider) Home(machineID string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if mc := p.machines[machineID]; mc != nil {
+		return mc.home
+	}
+	return ""
+}
+
+// Close destroys every machine.
+func (p *Provider) Close() {
+	ms, _ := p.List(context.Background())
+	for _, m := range ms {
+		p.Destroy(context.Background(), m.ID)
+	}
+}
+
+var (
+	_ providers.Provider = (*Provider)(nil)
+	_ providers.Lister   = (*Provider)(nil)
+)

@@ -1,0 +1,116 @@
+// Package providers defines where a Berth computer can run: the small
+// Provider interface every place implements, the optional abilities a
+// provider may add, and the registry the shipped providers add themselves to.
+package providers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Labels Berth puts on every machine it creates, so that reconciliation and
+// uncertain-create recovery can find them.
+const (
+	LabelManaged  = "dev.berth.managed"  // always "true"
+	LabelComputer = "dev.berth.computer" // the computer id
+	LabelSession  = "dev.berth.session"  // the session id
+	LabelAttempt  = "dev.berth.attempt"  // the create attempt id
+	LabelAgent    = "dev.berth.agent"    // the agent id
+	LabelPool     = "dev.berth.pool"     // "true" while waiting in a warm pool
+	// LabelDeployment names the supervisor deployment (one database) that
+	// made the machine; reconciliation only touches its own deployment's.
+	LabelDeployment = "dev.berth.deployment"
+)
+
+// Image kinds a computer can be started from.
+const (
+	ImageHeadless = "headless"
+	ImageDesktop  = "desktop"
+)
+
+// Spec says what computer to create.
+type Spec struct {
+	ComputerID string // Berth's id for the computer; names and labels derive from it
+	SessionID  string
+	AttemptID  string // unique per create call; a lost reply is searched for by it
+	// Deployment is the id of the supervisor deployment creating it.
+	Deployment string
+	AgentID    string
+	Image      string // ImageHeadless or ImageDesktop
+	// TokenHash is the hex SHA-256 of the computer's token; computerd accepts
+	// only the token that hashes to it.
+	TokenHash string
+	// Env is added to the computer's environment (proxy settings, TURN host).
+	// It never carries provider credentials.
+	Env map[string]string
+	// Lease is the longest the computer may live; providers with a timeout of
+	// their own set it as a fallback.
+	Lease time.Duration
+	// Credentials are the connection's decrypted credentials, for hosted
+	// providers. They are never passed into the computer.
+	Credentials map[string]string
+}
+
+// Labels returns the labels every machine of s carries.
+func (s Spec) Labels() map[string]string {
+	return map[string]string{
+		LabelManaged:    "true",
+		LabelComputer:   s.ComputerID,
+		LabelSession:    s.SessionID,
+		LabelAttempt:    s.AttemptID,
+		LabelAgent:      s.AgentID,
+		LabelDeployment: s.Deployment,
+	}
+}
+
+// Machine is a created computer as the supervisor reaches it.
+type Machine struct {
+	ID       string            `json:"id"`       // the provider's id for the machine
+	Endpoint string            `json:"endpoint"` // base URL of computerd, e.g. http://10.1.2.3:7070
+	Header   http.Header       `json:"header,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+}
+
+// Provider is a place where computers run.
+type Provider interface {
+	// Create starts a computer and returns once its machine exists and is
+	// started; the caller waits for computerd's health itself. On an error
+	// after the provider may have accepted the request, the caller treats
+	// the attempt as uncertain and searches for it (see Lister).
+	Create(ctx context.Context, spec Spec) (Machine, error)
+	// Destroy removes the machine and everything created for it. Destroying
+	// a machine that is already gone succeeds.
+	Destroy(ctx context.Context, machineID string) error
+}
+
+// Lister is a provider that can list the machines carrying Berth's labels.
+// The supervisor uses it to reconcile after a restart and to resolve
+// uncertain creates by their attempt label.
+type Lister interface {
+	List(ctx context.Context) ([]Machine, error)
+}
+
+// Transporter is a provider whose machines are reached through something
+// other than the supervisor's default HTTP transport (a relay, a tunnel).
+type Transporter interface {
+	Transport(m Machine) http.RoundTripper
+}
+
+// Config is what a factory gets to build a provider.
+type Config struct {
+	// Getenv reads a setting by its SPEC name (COMPUTER_MEMORY_MB, ...).
+	Getenv func(string) string
+	Logger *slog.Logger
+}
+
+// Get returns the setting name, or def when it is unset.
+func (c Config) Get(name, def string) string {
+	if c.Getenv != nil {
+		if v := c.Getenv(name); v != "" {
+			return v
+		}
+	}
+	return def
+}

@@ -1,0 +1,65 @@
+package providers
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Factory builds a provider from its settings.
+type Factory func(Config) (Provider, error)
+
+var (
+	mu        sync.Mutex
+	factories = map[string]Factory{}
+)
+
+// Register adds a provider under id. It panics on an empty or duplicate id,
+// so a mistake shows at start and not at the first computer.
+func Register(id string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if id == "" {
+		panic("providers: Register with empty id")
+	}
+	if f == nil {
+		panic("providers: Register " + id + " with nil factory")
+	}
+	if _, dup := factories[id]; dup {
+		panic("providers: Register called twice for " + id)
+	}
+	factories[id] = f
+}
+
+// Lookup returns the factory registered under id.
+func Lookup(id string) (Factory, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	f, ok := factories[id]
+	return f, ok
+}
+
+// IDs returns the registered provider ids, sorted.
+func IDs() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	ids := make([]string, 0, len(factories))
+	for id := range factories {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// New builds the provider registered under id.
+func New(id string, cfg Config) (Provider, error) {
+	f, ok := Lookup(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (known: %v)", ErrUnknown, id, IDs())
+	}
+	p, err := f(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", id, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,298 @@
+// Package api serves the supervisor's REST API (SPEC section 10) over a
+// supervisor.Service: routing, the operator token, strict JSON decoding and
+// the error envelope.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/supervisor"
+)
+
+// MaxBodyBytes bounds a request body; the largest legitimate one is a
+// 16,000-character write (up to 64 KB of UTF-8, more once JSON-escaped).
+const MaxBodyBytes = 1 << 20
+
+// Handler serves the API.
+type Handler struct {
+	svc   *supervisor.Service
+	token string
+	log   *slog.Logger
+	mux   *http.ServeMux
+	// Ready reports whether the supervisor can serve (for /healthz).
+	Ready func(context.Context) error
+}
+
+// New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
+func New(svc *supervisor.Service, token string, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{svc: svc, token: token, log: log.With("component", "api"), mux: http.NewServeMux()}
+	h.routes()
+	return h
+}
+
+func (h *Handler) routes() {
+	m := h.mux
+	m.HandleFunc("GET /healthz", h.healthz)
+	m.Handle("POST /v1/agents", h.auth(h.createAgent))
+	m.Handle("POST /v1/computers", h.auth(h.connect))
+	m.Handle("GET /v1/agents/{agent}/computer", h.auth(h.status))
+	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(h.disconnect))
+	h.toolRoutes()
+	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
+	m.Handle("GET /v1/usage", h.auth(h.usage))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
+	if h.Ready != nil {
+		if err := h.Ready(r.Context()); err != nil {
+			h.log.Warn("not ready", "err", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, int, error)
+
+// authorized checks the operator token and answers 401 when it is wrong.
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
+		writeError(w, &supervisor.Error{Status: http.StatusUnauthorized, Code: supervisor.CodeUnauthorized,
+			Message: "missing or wrong bearer token (Authorization: Bearer $SUPERVISOR_TOKEN)"})
+		return false
+	}
+	return true
+}
+
+// auth checks the operator token, then runs fn and writes its answer.
+func (h *Handler) auth(fn handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(w, r) {
+			return
+		}
+		v, status, err := fn(w, r)
+		if err != nil {
+			writeError(w, h.logged(r, err))
+			return
+		}
+		writeJSON(w, status, v)
+	})
+}
+
+// decode reads a strict JSON body into v: unknown fields, trailing data and
+// oversized bodies are refused with the reason.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var ute *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &mbe):
+			return &supervisor.Error{Status: http.StatusRequestEntityTooLarge, Code: supervisor.CodeLimit, Message: fmt.Sprintf("body: larger than %d bytes", MaxBodyBytes)}
+		case errors.Is(err, io.EOF):
+			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: a JSON object is required"}
+		case errors.As(err, &ute):
+			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: fmt.Sprintf("%s: must be a JSON %s", ute.Field, ute.Type)}
+		default:
+			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: " + err.Error()}
+		}
+	}
+	if dec.More() {
+		return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: trailing data after the JSON object"}
+	}
+	return nil
+}
+
+// decodeOptional is decode for endpoints whose body may be empty.
+func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	err := decode(w, r, v)
+	var e *supervisor.Error
+	if errors.As(err, &e) && e.Message == "body: a JSON object is required" {
+		return nil
+	}
+	return err
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if status == http.StatusNoContent {
+		return
+	}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *supervisor.Error) {
+	writeJSON(w, e.Status, map[string]any{"error": e})
+}
+
+func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	var req supervisor.CreateAgentRequest
+	if err := decode(w, r, &req); err != nil {
+		return nil, 0, err
+	}
+	a, err := h.svc.CreateAgent(r.Context(), req)
+	return a, http.StatusCreated, err
+}
+
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	var req supervisor.ConnectRequest
+	if err := decode(w, r, &req); err != nil {
+		return nil, 0, err
+	}
+	c, err := h.svc.Connect(r.Context(), req)
+	return c, http.StatusCreated, err
+}
+
+func (h *Handler) status(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	v, err := h.svc.Status(r.Context(), r.PathValue("agent"))
+	return v, http.StatusOK, err
+}
+
+func (h *Handler) disconnect(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	agent := r.PathValue("agent")
+	err := h.svc.Disconnect(r.Context(), agent)
+	return map[string]any{"agent": agent, "disconnected": true}, http.StatusOK, err
+}
+
+// HeaderReplayed marks an answer replayed from an earlier call with the
+// same Idempotency-Key.
+const HeaderReplayed = "Idempotent-Replayed"
+
+// tool serves one of the five agent tools: it decodes the request, then
+// runs it at most once per Idempotency-Key (see Service.Idempotent).
+func tool[Req, Resp any](h *Handler, name string, body bool, run func(ctx context.Context, agent string, req Req) (Resp, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(w, r) {
+			return
+		}
+		var req Req
+		if body {
+			if err := decode(w, r, &req); err != nil {
+				writeError(w, supervisor.AsError(err))
+				return
+			}
+		} else if err := decodeOptional(w, r, &req); err != nil {
+			writeError(w, supervisor.AsError(err))
+			return
+		}
+		agent := r.PathValue("agent")
+		out, replayed, err := h.svc.Idempotent(r.Context(), agent, name, r.Header.Get("Idempotency-Key"), req,
+			func(ctx context.Context) supervisor.Outcome {
+				v, err := run(ctx, agent, req)
+				return h.outcome(r, v, err)
+			})
+		if err != nil {
+			writeError(w, h.logged(r, err))
+			return
+		}
+		if replayed {
+			w.Header().Set(HeaderReplayed, "true")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(out.Status)
+		w.Write(out.Body)
+	})
+}
+
+// outcome encodes a tool's answer or error as the API sends it.
+func (h *Handler) outcome(r *http.Request, v any, err error) supervisor.Outcome {
+	status, body := http.StatusOK, any(v)
+	if err != nil {
+		e := h.logged(r, err)
+		status, body = e.Status, map[string]any{"error": e}
+	}
+	raw, _ := json.Marshal(body)
+	return supervisor.Outcome{Status: status, Body: append(raw, '\n')}
+}
+
+func (h *Handler) logged(r *http.Request, err error) *supervisor.Error {
+	e := supervisor.AsError(err)
+	if e.Status >= 500 {
+		h.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "status", e.Status, "err", err)
+	}
+	return e
+}
+
+type none struct{}
+
+func (h *Handler) toolRoutes() {
+	m := h.mux
+	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+		return h.svc.Start(ctx, agent)
+	}))
+	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+		return h.svc.Stop(ctx, agent)
+	}))
+	m.Handle("POST /v1/agents/{agent}/computer/exec", tool(h, "exec", true, h.svc.Exec))
+	m.Handle("POST /v1/agents/{agent}/computer/read_file", tool(h, "read_file", true, h.svc.ReadFile))
+	m.Handle("POST /v1/agents/{agent}/computer/write_file", tool(h, "write_file", true, h.svc.WriteFile))
+}
+
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	var req supervisor.ConfirmRequest
+	if err := decode(w, r, &req); err != nil {
+		return nil, 0, err
+	}
+	v, err := h.svc.ConfirmCleanup(r.Context(), r.PathValue("agent"), req)
+	return v, http.StatusOK, err
+}
+
+func (h *Handler) usage(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	q := r.URL.Query()
+	from, err := parseTime("from", q.Get("from"))
+	if err != nil {
+		return nil, 0, err
+	}
+	to, err := parseTime("to", q.Get("to"))
+	if err != nil {
+		return nil, 0, err
+	}
+	v, err := h.svc.Usage(r.Context(), q.Get("by"), from, to)
+	return v, http.StatusOK, err
+}
+
+// parseTime accepts RFC 3339 times and YYYY-MM-DD days (UTC midnight).
+func parseTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest,
+		Message: fmt.Sprintf("%s: %q is neither an RFC 3339 time nor a YYYY-MM-DD day", field, s)}
+}

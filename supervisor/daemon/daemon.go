@@ -1,0 +1,244 @@
+// Package daemon assembles a running supervisor from its settings: the
+// store, the sealing key, the token secrets, the configured providers, the
+// service, the reaper and the HTTP server. `berth supervisor` and
+// `berth dev` both run it.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+// Options configure a supervisor. Zero values take the defaults noted.
+type Options struct {
+	// Listen is the API's address (default 127.0.0.1:8080).
+	Listen string
+	// DataDir holds the SQLite database, the sealing key and generated
+	// secrets (default ./berth-data).
+	DataDir string
+	// Store is a store URL: empty or "sqlite" for DataDir/berth.db, or
+	// sqlite:PATH.
+	Store string
+	// Token is SUPERVISOR_TOKEN; when empty one is generated, kept in
+	// DataDir and Generated is set.
+	Token string
+	// ComputerTokenSecret is COMPUTER_TOKEN_SECRET; when empty one is
+	// generated once and kept in DataDir.
+	ComputerTokenSecret string
+	// KeyFile holds the credentials sealing key (default DataDir/secret.key).
+	KeyFile string
+	// Providers to configure (default: DefaultProvider only).
+	Providers []string
+	// DefaultProvider is DEFAULT_PROVIDER (default docker).
+	DefaultProvider string
+	// Getenv reads provider settings (default os.Getenv).
+	Getenv func(string) string
+	Logger *slog.Logger
+	// ReapInterval is how often expired sessions and cleanups are handled
+	// (default 1 s).
+	ReapInterval time.Duration
+}
+
+// Daemon is an assembled supervisor.
+type Daemon struct {
+	Service   *supervisor.Service
+	Handler   http.Handler
+	Store     store.Store
+	Providers map[string]providers.Provider
+	Token     string
+	// TokenGenerated is set when Token was made (and saved) by New.
+	TokenGenerated bool
+
+	opts Options
+	log  *slog.Logger
+}
+
+// New assembles a supervisor without starting it.
+func New(ctx context.Context, o Options) (*Daemon, error) {
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:8080"
+	}
+	if o.DataDir == "" {
+		o.DataDir = "berth-data"
+	}
+	if o.DefaultProvider == "" {
+		o.DefaultProvider = "docker"
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ReapInterval <= 0 {
+		o.ReapInterval = time.Second
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data folder: %w", err)
+	}
+	d := &Daemon{opts: o, log: o.Logger}
+
+	// Providers first: a DEFAULT_PROVIDER that is not configured stops the
+	// supervisor before it touches anything.
+	ids := o.Providers
+	if len(ids) == 0 {
+		ids = []string{o.DefaultProvider}
+	}
+	found := false
+	for _, id := range ids {
+		found = found || id == o.DefaultProvider
+	}
+	if !found {
+		return nil, fmt.Errorf("DEFAULT_PROVIDER %q is not among the configured providers %v", o.DefaultProvider, ids)
+	}
+	d.Providers = map[string]providers.Provider{}
+	for _, id := range ids {
+		p, err := providers.New(id, providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id)})
+		if err != nil {
+			return nil, err
+		}
+		d.Providers[id] = p
+	}
+
+	var err error
+	if d.Store, err = openStore(ctx, o); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Daemon, error) { d.Store.Close(); return nil, err }
+
+	keyFile := o.KeyFile
+	if keyFile == "" {
+		keyFile = filepath.Join(o.DataDir, "secret.key")
+	}
+	key, err := secrets.LoadOrCreateKeyFile(keyFile)
+	if err != nil {
+		return fail(err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		return fail(err)
+	}
+	cts := o.ComputerTokenSecret
+	if cts == "" {
+		if cts, err = secrets.LoadOrCreateSecretFile(filepath.Join(o.DataDir, "computer-token.secret"), 32); err != nil {
+			return fail(err)
+		}
+	}
+	tokens, err := token.NewDeriver([]byte(cts))
+	if err != nil {
+		return fail(fmt.Errorf("COMPUTER_TOKEN_SECRET: %w", err))
+	}
+	d.Token = o.Token
+	if d.Token == "" {
+		p := filepath.Join(o.DataDir, "supervisor.token")
+		_, statErr := os.Stat(p)
+		if d.Token, err = secrets.LoadOrCreateSecretFile(p, 24); err != nil {
+			return fail(err)
+		}
+		d.TokenGenerated = errors.Is(statErr, os.ErrNotExist)
+	}
+	if len(d.Token) < 16 {
+		return fail(errors.New("SUPERVISOR_TOKEN: must be at least 16 characters"))
+	}
+
+	d.Service, err = supervisor.New(supervisor.Config{
+		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
+		Box: box, Tokens: tokens, Logger: o.Logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	h := api.New(d.Service, d.Token, o.Logger)
+	h.Ready = func(ctx context.Context) error {
+		_, err := d.Store.GetAgent(ctx, "\x00probe")
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	d.Handler = h
+	return d, nil
+}
+
+func openStore(ctx context.Context, o Options) (store.Store, error) {
+	switch {
+	case o.Store == "" || o.Store == "sqlite":
+		return sqlstore.OpenSQLite(ctx, filepath.Join(o.DataDir, "berth.db"))
+	case strings.HasPrefix(o.Store, "sqlite:"):
+		return sqlstore.OpenSQLite(ctx, strings.TrimPrefix(o.Store, "sqlite:"))
+	}
+	return nil, fmt.Errorf("--store %q: want sqlite or sqlite:PATH", o.Store)
+}
+
+// Serve listens on the configured address and serves until ctx ends, then
+// shuts down gracefully within grace. ready, if set, gets the URL once the
+// listener is open.
+func (d *Daemon) Serve(ctx context.Context, grace time.Duration, ready func(url string)) error {
+	ln, err := net.Listen("tcp", d.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", d.opts.Listen, err)
+	}
+	return d.ServeListener(ctx, ln, grace, ready)
+}
+
+// ServeListener is Serve on a listener the caller opened.
+func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.Duration, ready func(url string)) error {
+	// Heartbeat first, so this instance counts as alive, then match what
+	// the providers run to the sessions before taking calls.
+	if err := d.Store.Heartbeat(ctx, d.Service.Instance(), time.Now()); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if _, err := d.Service.Reconcile(ctx); err != nil {
+		d.log.Warn("reconcile at start", "err", err)
+	}
+	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		d.Service.RunReaper(reapCtx, d.opts.ReapInterval)
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	d.log.Info("supervisor listening", "url", url)
+	if ready != nil {
+		ready(url)
+	}
+	select {
+	case err := <-errc:
+		stopReaper()
+		<-reaped
+		return err
+	case <-ctx.Done():
+	}
+	d.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	stopReaper()
+	<-reaped
+	if errors.Is(err, context.DeadlineExceeded) {
+		srv.Close()
+	}
+	return nil
+}
+
+// Close releases the store.
+func (d *Daemon) Close() error { return d.Store.Close() }

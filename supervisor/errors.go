@@ -1,0 +1,55 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error codes the API answers with, each with its HTTP status.
+const (
+	CodeBadRequest   = "bad_request"          // 400
+	CodeUnauthorized = "unauthorized"         // 401
+	CodeNotFound     = "not_found"            // 404
+	CodeConflict     = "conflict"             // 409
+	CodeBudget       = "budget_exhausted"     // 409
+	CodeNoSession    = "no_session"           // 409
+	CodeUncertain    = "session_uncertain"    // 409
+	CodeLimit        = "limit_exceeded"       // 422
+	CodeNotUTF8      = "not_utf8"             // 422
+	CodeProvider     = "provider_error"       // 502
+	CodeUnavailable  = "provider_unavailable" // 503
+	CodeInternal     = "internal"             // 500
+)
+
+// Error is a failure with the status and code a client sees. Messages name
+// the field and the limit; they never carry secrets or internal addresses.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) *Error {
+	return errorf(http.StatusBadRequest, CodeBadRequest, format, args...)
+}
+
+func limitf(format string, args ...any) *Error {
+	return errorf(http.StatusUnprocessableEntity, CodeLimit, format, args...)
+}
+
+// AsError returns err as an *Error, turning anything else into an internal
+// error whose message hides the details.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the supervisor's log"}
+}

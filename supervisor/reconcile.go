@@ -1,0 +1,107 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+// ReconcileReport says what a reconciliation found and did.
+type ReconcileReport struct {
+	Machines  int // machines of this deployment the providers list
+	Kept      int // matched to a live session
+	Adopted   int // bound to a session that had lost them
+	Destroyed int // leftovers removed
+	Vanished  int // running sessions whose machine was gone, ended
+}
+
+// Reconcile matches every machine the providers list with this
+// deployment's labels to a session: a machine of a live session is kept
+// (or adopted when the session lost it), a machine of an ended or unknown
+// session is destroyed, and a running session whose machine is gone is
+// ended. It runs at start, after a crash or restart.
+func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	var rep ReconcileReport
+	// Sessions first: a machine created after this read belongs to a start
+	// in progress and is left alone.
+	running, err := s.st.SessionsByState(ctx, store.StateRunning)
+	if err != nil {
+		return rep, err
+	}
+	var errs []error
+	for id, p := range s.cfg.Providers {
+		if _, ok := p.(providers.Lister); !ok {
+			continue
+		}
+		ms, err := s.listMachines(ctx, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Machines += len(ms)
+		seen := map[string]bool{}
+		for _, m := range ms {
+			seen[m.ID] = true
+			s.reconcileMachine(ctx, p, id, m, &rep)
+		}
+		for _, x := range running {
+			if x.Provider != id || seen[x.MachineID] || !s.claim(ctx, x, reapClaim) {
+				continue
+			}
+			s.log.Warn("reconcile: the machine of a running session is gone; ending it", "session", x.ID, "machine", x.MachineID)
+			s.endSession(ctx, x, "machine gone")
+			rep.Vanished++
+		}
+	}
+	s.log.Info("reconciled", "machines", rep.Machines, "kept", rep.Kept, "adopted", rep.Adopted, "destroyed", rep.Destroyed, "vanished", rep.Vanished)
+	return rep, errors.Join(errs...)
+}
+
+func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, provider string, m providers.Machine, rep *ReconcileReport) {
+	log := s.log.With("machine", m.ID, "provider", provider)
+	x, err := s.st.GetSession(ctx, m.Labels[providers.LabelSession])
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		log.Warn("reconcile: read session", "err", err)
+		return
+	}
+	switch {
+	case err == nil && x.State == store.StateRunning && x.MachineID == m.ID:
+		rep.Kept++
+		return
+	case err == nil && x.State == store.StateStarting:
+		// A start in progress, or one whose supervisor died: resolveOrphans
+		// settles the latter once its claim runs out.
+		rep.Kept++
+		return
+	case err == nil && x.State == store.StateUncertain && x.AttemptID == m.Labels[providers.LabelAttempt]:
+		if !s.claim(ctx, x, reapClaim) {
+			return
+		}
+		if m.Endpoint == "" {
+			break // parts only: a leftover
+		}
+		if err := s.bind(ctx, &x, m); err != nil {
+			log.Warn("reconcile: adopt", "err", err)
+			return
+		}
+		if err := s.waitReady(ctx, x); err != nil {
+			s.endSession(ctx, x, "adopted machine not ready")
+			return
+		}
+		log.Info("reconcile: adopted the machine of an uncertain session", "session", x.ID)
+		rep.Adopted++
+		return
+	case err == nil && (x.State == store.StateStopping || x.State == store.StateCleanupFailed) && x.MachineID == m.ID:
+		return // the reaper's cleanup owns it
+	}
+	// An ended session, an unknown one, or a machine that is not the
+	// session's own: a leftover.
+	if err := p.Destroy(ctx, m.ID); err != nil && !errors.Is(err, providers.ErrNotFound) {
+		log.Warn("reconcile: destroy leftover", "err", err)
+		return
+	}
+	log.Info("reconcile: destroyed a leftover machine", "session", m.Labels[providers.LabelSession])
+	rep.Destroyed++
+}

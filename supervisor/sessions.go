@@ -1,0 +1,572 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+// Cleanup backoff: a failed destroy is retried after 1 s, doubling up to
+// 5 minutes, with jitter. After CleanupFailedAfter failures the session shows
+// as cleanup_failed and is retried at most every 10 minutes until it works
+// or a person confirms the cleanup.
+const (
+	CleanupFailedAfter = 5
+	cleanupBase        = time.Second
+	cleanupMax         = 5 * time.Minute
+	cleanupFailedMax   = 10 * time.Minute
+
+	// startClaim is how long a start owns its session before another
+	// supervisor may resolve it as orphaned (its owner must also be dead).
+	startClaim = 5 * time.Minute
+	// reapClaim is how long a reaper owns a session it acts on.
+	reapClaim = 2 * time.Minute
+)
+
+// Start starts the agent's computer, or returns the one that is running.
+func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) {
+	c, err := s.connection(ctx, agent)
+	if err != nil {
+		return SessionView{}, err
+	}
+	p, err := s.provider(c.Provider)
+	if err != nil {
+		return SessionView{}, err
+	}
+	dep, err := s.Deployment(ctx)
+	if err != nil {
+		return SessionView{}, err
+	}
+	now := s.clk.Now()
+	id := newID("s_")
+	x, err := s.st.Reserve(ctx, store.Reservation{
+		Session: store.Session{
+			ID: id, AgentID: agent, ComputerID: id[2:], AttemptID: newID("a_"),
+			Owner: s.instance, ClaimUntil: now.Add(startClaim),
+		},
+		Now: now, MinSeconds: MinLeaseSeconds,
+	})
+	var be *store.BudgetError
+	switch {
+	case errors.As(err, &be):
+		return SessionView{}, errorf(http.StatusConflict, CodeBudget,
+			"daily budget: %d s left today, a session needs at least %d s; the budget resets at %s",
+			be.LeftSeconds, be.MinSeconds, be.ResetsAt.Format(time.RFC3339))
+	case errors.Is(err, store.ErrLive):
+		return s.awaitLive(ctx, x)
+	case err != nil:
+		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
+	}
+	log := s.log.With("agent", agent, "session", x.ID, "provider", x.Provider)
+	creds, err := s.credentials(c)
+	if err != nil {
+		s.abandon(ctx, x, "credentials unreadable")
+		return SessionView{}, err
+	}
+	spec := providers.Spec{
+		ComputerID: x.ComputerID, SessionID: x.ID, AttemptID: x.AttemptID, AgentID: agent, Image: x.Image,
+		Deployment:  dep,
+		TokenHash:   token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
+		Env:         s.cfg.ComputerEnv,
+		Lease:       time.Duration(x.ReservedSeconds) * time.Second,
+		Credentials: creds,
+	}
+	m, err := p.Create(ctx, spec)
+	if err != nil {
+		return s.createFailed(context.WithoutCancel(ctx), p, x, err)
+	}
+	if err := s.bind(ctx, &x, m); err != nil {
+		return SessionView{}, err
+	}
+	if err := s.waitReady(ctx, x); err != nil {
+		log.Warn("computer did not become ready", "err", err)
+		s.endSession(context.WithoutCancel(ctx), x, "not ready: "+err.Error())
+		return SessionView{}, errorf(http.StatusBadGateway, CodeProvider, "the computer did not become ready within %s", s.cfg.ReadyTimeout)
+	}
+	log.Info("started", "machine", m.ID, "reserved", x.ReservedSeconds)
+	return s.view(x), nil
+}
+
+// awaitLive answers a start while the agent already has a live session: a
+// running one is returned, a starting one is waited for, an uncertain one
+// is refused until a person confirms the cleanup.
+func (s *Service) awaitLive(ctx context.Context, x store.Session) (SessionView, error) {
+	wait := 10 * time.Millisecond
+	for {
+		switch x.State {
+		case store.StateRunning:
+			return s.view(x), nil
+		case store.StateUncertain:
+			v := s.view(x)
+			return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
+		case store.StateStarting:
+		default:
+			return s.view(x), nil
+		}
+		select {
+		case <-ctx.Done():
+			return SessionView{}, errorf(http.StatusServiceUnavailable, CodeUnavailable, "session %s is still starting; retry the call", x.ID)
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 250*time.Millisecond)
+		var err error
+		if x, err = s.st.GetSession(ctx, x.ID); err != nil {
+			return SessionView{}, err
+		}
+	}
+}
+
+func (s *Service) credentials(c store.Connection) (map[string]string, error) {
+	raw, err := s.cfg.Box.Open(string(c.Credentials), credentialsAD(c.AgentID))
+	if err != nil {
+		return nil, fmt.Errorf("open credentials of %s: %w", c.AgentID, err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("decode credentials of %s: %w", c.AgentID, err)
+	}
+	return m, nil
+}
+
+// bind records the machine of a starting session and marks it running.
+func (s *Service) bind(ctx context.Context, x *store.Session, m providers.Machine) error {
+	y := *x
+	y.State = store.StateRunning
+	y.MachineID = m.ID
+	y.Endpoint = m.Endpoint
+	if len(m.Header) > 0 {
+		h, _ := json.Marshal(m.Header)
+		y.Header = string(h)
+	}
+	if err := s.st.UpdateSession(context.WithoutCancel(ctx), y, x.State); err != nil {
+		return fmt.Errorf("bind session %s to %s: %w", x.ID, m.ID, err)
+	}
+	*x = y
+	return nil
+}
+
+// definite reports whether a create error says for sure that no machine was
+// left behind.
+func definite(err error) bool {
+	return errors.Is(err, providers.ErrBadImage) || errors.Is(err, providers.ErrBadCredentials) ||
+		errors.Is(err, providers.ErrCapacity) || errors.Is(err, providers.ErrUnknown)
+}
+
+// createFailed handles a failed create. A definite failure gives the
+// reservation back. Otherwise the provider may have made the machine: it is
+// searched for by the attempt's label and adopted, or the session becomes
+// uncertain and no other machine is created until a person confirms.
+func (s *Service) createFailed(ctx context.Context, p providers.Provider, x store.Session, cerr error) (SessionView, error) {
+	log := s.log.With("agent", x.AgentID, "session", x.ID, "attempt", x.AttemptID)
+	if definite(cerr) {
+		log.Warn("create failed", "err", cerr)
+		s.abandon(ctx, x, cerr.Error())
+		return SessionView{}, providerError(cerr)
+	}
+	if l, ok := p.(providers.Lister); ok {
+		ms, lerr := l.List(ctx)
+		if lerr == nil {
+			for _, m := range ms {
+				if m.Labels[providers.LabelAttempt] == x.AttemptID {
+					log.Info("create reply lost; adopting the machine found by its attempt label", "machine", m.ID)
+					if err := s.bind(ctx, &x, m); err != nil {
+						return SessionView{}, err
+					}
+					if err := s.waitReady(ctx, x); err != nil {
+						s.endSession(ctx, x, "not ready: "+err.Error())
+						return SessionView{}, errorf(http.StatusBadGateway, CodeProvider, "the computer did not become ready")
+					}
+					return s.view(x), nil
+				}
+			}
+		}
+	}
+	y := x
+	y.State = store.StateUncertain
+	y.LastError = cerr.Error()
+	if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+		return SessionView{}, err
+	}
+	log.Warn("create outcome uncertain", "err", cerr)
+	v := s.view(y)
+	return v, errorf(http.StatusBadGateway, CodeUncertain, "the provider may have created a machine whose reply was lost: %s", v.Message)
+}
+
+// abandon ends a session that never got a machine; its time comes back.
+func (s *Service) abandon(ctx context.Context, x store.Session, reason string) {
+	y := x
+	y.State = store.StateStopped
+	y.ChargedSeconds = 0
+	y.EndedAt = s.clk.Now()
+	y.LastError = reason
+	if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+		s.log.Error("abandon session", "session", x.ID, "err", err)
+	}
+}
+
+func providerError(err error) *Error {
+	switch {
+	case errors.Is(err, providers.ErrBadImage):
+		return errorf(http.StatusBadGateway, CodeProvider, "%v", err)
+	case errors.Is(err, providers.ErrBadCredentials):
+		return errorf(http.StatusBadGateway, CodeProvider, "the provider refused the connection's credentials")
+	case errors.Is(err, providers.ErrCapacity):
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the provider is out of quota or capacity")
+	default:
+		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the provider failed; retry later")
+	}
+}
+
+// waitReady polls computerd's health until it answers or ReadyTimeout passes.
+func (s *Service) waitReady(ctx context.Context, x store.Session) error {
+	c, err := s.client(x)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
+	wait := 2 * time.Millisecond
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Health(hctx)
+		hcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("computerd at %s: %w (last: %v)", x.Endpoint, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 100*time.Millisecond)
+	}
+}
+
+// Stop stops and discards the agent's computer.
+func (s *Service) Stop(ctx context.Context, agent string) (SessionView, error) {
+	if _, err := s.connection(ctx, agent); err != nil {
+		return SessionView{}, err
+	}
+	x, err := s.st.LiveSession(ctx, agent)
+	if errors.Is(err, store.ErrNotFound) {
+		return SessionView{}, errorf(http.StatusConflict, CodeNoSession, "agent %q has no running computer", agent)
+	}
+	if err != nil {
+		return SessionView{}, err
+	}
+	switch x.State {
+	case store.StateUncertain:
+		v := s.view(x)
+		return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
+	case store.StateStarting:
+		if x, err := s.awaitLive(ctx, x); err != nil || x.State != store.StateRunning {
+			return x, err
+		}
+		return s.Stop(ctx, agent)
+	}
+	y := s.endSession(context.WithoutCancel(ctx), x, "")
+	return s.view(y), nil
+}
+
+// endSession ends a running session at now (or at its expiry, if that came
+// first), fixes its charge, and removes its machine. When the removal fails
+// the session stays stopping and the reaper retries it.
+func (s *Service) endSession(ctx context.Context, x store.Session, reason string) store.Session {
+	now := s.clk.Now()
+	end := now
+	if end.After(x.ExpiresAt) {
+		end = x.ExpiresAt
+	}
+	charged := int((end.Sub(x.CreatedAt) + time.Second - 1) / time.Second)
+	y := x
+	y.State = store.StateStopping
+	y.EndedAt = end
+	y.ChargedSeconds = min(max(charged, 0), x.ReservedSeconds)
+	// The reaper retries only if this cleanup fails to record its end.
+	y.NextCleanupAt = now.Add(reapClaim)
+	y.LastError = reason
+	if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+		s.log.Warn("end session", "session", x.ID, "err", err)
+		if cur, gerr := s.st.GetSession(ctx, x.ID); gerr == nil {
+			return cur
+		}
+		return x
+	}
+	return s.cleanup(ctx, y)
+}
+
+// finalState is the state a stopping session ends in once its machine is gone.
+func finalState(x store.Session) string {
+	if !x.EndedAt.Before(x.ExpiresAt) {
+		return store.StateExpired
+	}
+	return store.StateStopped
+}
+
+// cleanup destroys the machine of a stopping or cleanup_failed session.
+func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
+	var err error
+	if x.MachineID != "" {
+		var p providers.Provider
+		if p, err = s.provider(x.Provider); err == nil {
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			err = p.Destroy(dctx, x.MachineID)
+			cancel()
+			if errors.Is(err, providers.ErrNotFound) {
+				err = nil
+			}
+		}
+	}
+	y := x
+	if err == nil {
+		y.State = finalState(x)
+		y.NextCleanupAt = time.Time{}
+		if uerr := s.st.UpdateSession(ctx, y, x.State); uerr != nil {
+			s.log.Warn("finish cleanup", "session", x.ID, "err", uerr)
+		} else {
+			s.log.Info("session ended", "session", x.ID, "agent", x.AgentID, "state", y.State, "charged", y.ChargedSeconds)
+		}
+		return y
+	}
+	y.CleanupTries++
+	y.LastError = "destroy: " + err.Error()
+	y.NextCleanupAt = s.clk.Now().Add(backoff(y.CleanupTries))
+	if y.CleanupTries >= CleanupFailedAfter {
+		y.State = store.StateCleanupFailed
+	}
+	if uerr := s.st.UpdateSession(ctx, y, x.State); uerr != nil {
+		s.log.Warn("record cleanup failure", "session", x.ID, "err", uerr)
+	}
+	s.log.Warn("cleanup failed; will retry", "session", x.ID, "tries", y.CleanupTries, "next", y.NextCleanupAt, "err", err)
+	return y
+}
+
+// backoff is the jittered wait before cleanup try n+1.
+func backoff(n int) time.Duration {
+	d := cleanupBase << min(n-1, 20)
+	limit := cleanupMax
+	if n >= CleanupFailedAfter {
+		limit = cleanupFailedMax
+	}
+	d = min(d, limit)
+	// Jitter: 75% to 125%.
+	return d*3/4 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// ConfirmRequest is the body of POST .../computer/confirm-cleanup.
+type ConfirmRequest struct {
+	ProviderCleanupConfirmed *bool `json:"providerCleanupConfirmed"`
+}
+
+// ConfirmCleanup closes an uncertain session, or one whose cleanup keeps
+// failing, once a person has removed its machine at the provider.
+func (s *Service) ConfirmCleanup(ctx context.Context, agent string, r ConfirmRequest) (SessionView, error) {
+	if r.ProviderCleanupConfirmed == nil || !*r.ProviderCleanupConfirmed {
+		return SessionView{}, badRequest("providerCleanupConfirmed: must be true, after you removed any machine of the session at the provider")
+	}
+	if _, err := s.connection(ctx, agent); err != nil {
+		return SessionView{}, err
+	}
+	open, err := s.st.SessionsByState(ctx, store.StateUncertain, store.StateCleanupFailed, store.StateStopping)
+	if err != nil {
+		return SessionView{}, err
+	}
+	for _, x := range open {
+		if x.AgentID != agent {
+			continue
+		}
+		y := x
+		now := s.clk.Now()
+		if x.State == store.StateUncertain {
+			end := now
+			if end.After(x.ExpiresAt) {
+				end = x.ExpiresAt
+			}
+			y.EndedAt = end
+			y.ChargedSeconds = min(max(int(end.Sub(x.CreatedAt)/time.Second), 0), x.ReservedSeconds)
+			y.State = store.StateStopped
+		} else {
+			y.State = finalState(x)
+		}
+		y.NextCleanupAt = time.Time{}
+		y.LastError = "cleanup confirmed by a person"
+		if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+			return SessionView{}, err
+		}
+		s.log.Info("cleanup confirmed", "session", x.ID, "agent", agent, "was", x.State)
+		return s.view(y), nil
+	}
+	return SessionView{}, errorf(http.StatusConflict, CodeNoSession, "agent %q has no uncertain session or pending cleanup", agent)
+}
+
+// Reap beats this instance's heartbeat, ends expired sessions, retries due
+// cleanups, resolves starts whose supervisor died, and purges old call
+// records. Each session is claimed first, so that supervisors sharing a
+// store never act on one session twice.
+func (s *Service) Reap(ctx context.Context) {
+	s.reapMu.Lock()
+	defer s.reapMu.Unlock()
+	now := s.clk.Now()
+	if err := s.st.Heartbeat(ctx, s.instance, now); err != nil {
+		s.log.Warn("reaper: heartbeat", "err", err)
+	}
+	due, err := s.st.SessionsDue(ctx, now, 100)
+	if err != nil {
+		s.log.Warn("reaper: list due sessions", "err", err)
+		return
+	}
+	for _, x := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		if !s.claim(ctx, x, reapClaim) {
+			continue
+		}
+		// Re-read: the claim may have been won after another finished it.
+		if x, err = s.st.GetSession(ctx, x.ID); err != nil {
+			continue
+		}
+		switch x.State {
+		case store.StateRunning:
+			if !s.clk.Now().Before(x.ExpiresAt) {
+				s.log.Info("session expired", "session", x.ID, "agent", x.AgentID)
+				s.endSession(ctx, x, "")
+			}
+		case store.StateStopping, store.StateCleanupFailed:
+			s.cleanup(ctx, x)
+		}
+	}
+	s.resolveOrphans(ctx)
+	if n, err := s.st.PurgeCalls(ctx, now.Add(-store.CallTTL)); err == nil && n > 0 {
+		s.log.Debug("purged call records", "n", n)
+	}
+}
+
+// claim takes a session for d; it is false while another instance holds it.
+func (s *Service) claim(ctx context.Context, x store.Session, d time.Duration) bool {
+	now := s.clk.Now()
+	ok, err := s.st.ClaimSession(ctx, x.ID, s.instance, now, now.Add(d))
+	if err != nil {
+		s.log.Warn("claim session", "session", x.ID, "err", err)
+	}
+	return ok && err == nil
+}
+
+// resolveOrphans settles starting sessions whose supervisor died mid-create:
+// a machine found by the attempt label is adopted; otherwise the session is
+// uncertain, and no other machine is created until a person confirms.
+func (s *Service) resolveOrphans(ctx context.Context) {
+	starting, err := s.st.SessionsByState(ctx, store.StateStarting)
+	if err != nil || len(starting) == 0 {
+		return
+	}
+	now := s.clk.Now()
+	var listed map[string][]providers.Machine // by provider
+	for _, x := range starting {
+		if x.Owner == s.instance && now.Before(x.ClaimUntil) {
+			continue // our own start, still running
+		}
+		if x.Owner != s.instance {
+			alive, err := s.st.InstanceAlive(ctx, x.Owner, now.Add(-InstanceTTL))
+			if err != nil || (alive && now.Before(x.ClaimUntil)) {
+				continue
+			}
+		}
+		if !s.claim(ctx, x, reapClaim) {
+			continue
+		}
+		if listed == nil {
+			listed = map[string][]providers.Machine{}
+		}
+		ms, ok := listed[x.Provider]
+		if !ok {
+			ms, _ = s.listMachines(ctx, x.Provider)
+			listed[x.Provider] = ms
+		}
+		s.resolveStart(ctx, x, ms)
+	}
+}
+
+// resolveStart adopts the machine of a lost start or marks it uncertain.
+func (s *Service) resolveStart(ctx context.Context, x store.Session, ms []providers.Machine) {
+	log := s.log.With("session", x.ID, "agent", x.AgentID, "attempt", x.AttemptID)
+	for _, m := range ms {
+		if m.Labels[providers.LabelAttempt] != x.AttemptID {
+			continue
+		}
+		if m.Endpoint == "" {
+			// Only parts of the machine exist (say, its network): nothing
+			// to adopt. Record it so the cleanup removes what is there.
+			x.MachineID = m.ID
+			s.endSession(ctx, x, "the start was cut short; removing what it made")
+			return
+		}
+		if err := s.bind(ctx, &x, m); err != nil {
+			log.Warn("adopt orphaned start", "err", err)
+			return
+		}
+		if err := s.waitReady(ctx, x); err != nil {
+			log.Warn("adopted machine is not ready; ending the session", "machine", m.ID, "err", err)
+			s.endSession(ctx, x, "adopted machine not ready")
+			return
+		}
+		log.Info("adopted the machine of a start whose supervisor died", "machine", m.ID)
+		return
+	}
+	y := x
+	y.State = store.StateUncertain
+	y.LastError = "the supervisor running this start stopped before the provider's reply was recorded"
+	if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+		log.Warn("mark orphaned start uncertain", "err", err)
+		return
+	}
+	log.Warn("orphaned start is uncertain: no machine carries its attempt label")
+}
+
+// listMachines lists a provider's machines of this deployment; providers
+// that cannot list answer nothing.
+func (s *Service) listMachines(ctx context.Context, provider string) ([]providers.Machine, error) {
+	p, ok := s.cfg.Providers[provider]
+	if !ok {
+		return nil, fmt.Errorf("provider %q not configured", provider)
+	}
+	l, ok := p.(providers.Lister)
+	if !ok {
+		return nil, nil
+	}
+	dep, err := s.Deployment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := l.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []providers.Machine
+	for _, m := range all {
+		if m.Labels[providers.LabelDeployment] == dep {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// RunReaper reaps every interval until ctx ends.
+func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
+	for {
+		s.Reap(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clk.After(interval):
+		}
+	}
+}

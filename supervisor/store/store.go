@@ -1,0 +1,157 @@
+// Package store defines the supervisor's state: agents, their computer
+// connections, sessions with their budget reservations, and the queries the
+// supervisor needs. Implementations live in subpackages (sqlstore, for the
+// embedded SQLite and for PostgreSQL).
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Session states (SPEC section 10).
+const (
+	StateStarting      = "starting"
+	StateRunning       = "running"
+	StateStopping      = "stopping"
+	StateStopped       = "stopped"
+	StateExpired       = "expired"
+	StateUncertain     = "uncertain"
+	StateCleanupFailed = "cleanup_failed"
+)
+
+// Live reports whether a session in state s holds the agent's one computer
+// slot: no other session may start for the agent while it does.
+func Live(s string) bool {
+	return s == StateStarting || s == StateRunning || s == StateUncertain
+}
+
+// Ended reports whether a session in state s has ended for good.
+func Ended(s string) bool {
+	return s == StateStopped || s == StateExpired
+}
+
+// Agent is an AI agent that uses computer tools.
+type Agent struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Workspace string    `json:"workspace"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Connection attaches a provider to an agent. Credentials hold the sealed
+// (encrypted) credentials; they never leave the supervisor.
+type Connection struct {
+	AgentID      string    `json:"agent"`
+	Provider     string    `json:"provider"`
+	Image        string    `json:"image"`
+	LeaseSeconds int       `json:"leaseSeconds"`
+	DailySeconds int       `json:"dailySeconds"`
+	CreatedAt    time.Time `json:"createdAt"`
+	Credentials  []byte    `json:"-"`
+}
+
+// Session is one computer of a connection, from reservation to cleanup.
+type Session struct {
+	ID         string
+	AgentID    string
+	Workspace  string // the agent's workspace when the session started
+	Provider   string
+	Image      string
+	ComputerID string
+	AttemptID  string
+	State      string
+	MachineID  string
+	Endpoint   string
+	// Header holds extra request headers for computerd, JSON encoded.
+	Header string
+	// Day is the UTC day (YYYY-MM-DD) whose budget the reservation counts on.
+	Day             string
+	ReservedSeconds int
+	// ChargedSeconds is the time counted once the session has ended.
+	ChargedSeconds int
+	CreatedAt      time.Time
+	ExpiresAt      time.Time
+	EndedAt        time.Time // zero while the session lives
+	CleanupTries   int
+	NextCleanupAt  time.Time
+	LastError      string
+	// Owner is the supervisor instance that last claimed the session, and
+	// ClaimUntil when that claim runs out (see Calls.ClaimSession).
+	Owner      string
+	ClaimUntil time.Time
+}
+
+// Budget is one connection's budget for one UTC day.
+type Budget struct {
+	Day             string    `json:"day"`
+	DailySeconds    int       `json:"dailySeconds"`
+	UsedSeconds     int       `json:"usedSeconds"`
+	ReservedSeconds int       `json:"reservedSeconds"`
+	LeftSeconds     int       `json:"leftSeconds"`
+	ResetsAt        time.Time `json:"resetsAt"`
+}
+
+// Reservation asks for a new session's time.
+type Reservation struct {
+	Session Session   // ID, ComputerID, AttemptID, Image set by the caller
+	Now     time.Time // the reservation's time; Day derives from it
+	// MinSeconds is the shortest session worth starting.
+	MinSeconds int
+}
+
+// UsageRow is the session time of one provider or workspace.
+type UsageRow struct {
+	Key      string `json:"key"`
+	Seconds  int64  `json:"seconds"`
+	Sessions int64  `json:"sessions"`
+}
+
+// Store keeps the supervisor's state. Every method is safe for concurrent
+// use, also from several supervisors sharing one database.
+type Store interface {
+	CreateAgent(ctx context.Context, a Agent) error
+	GetAgent(ctx context.Context, id string) (Agent, error)
+
+	// CreateConnection fails with ErrConflict when the agent has one.
+	CreateConnection(ctx context.Context, c Connection) error
+	GetConnection(ctx context.Context, agentID string) (Connection, error)
+	DeleteConnection(ctx context.Context, agentID string) error
+
+	// Reserve atomically checks that the agent has no live session, then
+	// reserves min(lease, left of today's budget) and records the session as
+	// starting. When a live session exists it returns that session and
+	// ErrLive. When the budget has less than MinSeconds left it returns a
+	// *BudgetError.
+	Reserve(ctx context.Context, r Reservation) (Session, error)
+	// LiveSession returns the agent's live session, or ErrNotFound.
+	LiveSession(ctx context.Context, agentID string) (Session, error)
+	GetSession(ctx context.Context, id string) (Session, error)
+	// UpdateSession writes s if the stored state is still from; it returns
+	// ErrStale when another writer moved the session on.
+	UpdateSession(ctx context.Context, s Session, from string) error
+	// SessionsDue lists sessions that need the reaper at now: running ones
+	// past their expiry and stopping or cleanup_failed ones whose next
+	// cleanup time has come.
+	SessionsDue(ctx context.Context, now time.Time, limit int) ([]Session, error)
+	// SessionsByState lists sessions in any of the states.
+	SessionsByState(ctx context.Context, states ...string) ([]Session, error)
+
+	// Budget returns the agent's budget for the UTC day of now.
+	Budget(ctx context.Context, agentID string, now time.Time) (Budget, error)
+	// Usage sums ended and live session time by "provider" or "workspace"
+	// for sessions created in [from, to).
+	Usage(ctx context.Context, by string, from, to, now time.Time) ([]UsageRow, error)
+
+	Calls
+	Close() error
+}
+
+// Day returns the UTC day of t as YYYY-MM-DD, the key of a daily budget.
+func Day(t time.Time) string { return t.UTC().Format("2006-01-02") }
+
+// NextMidnight returns the UTC midnight after t, when the budget resets.
+func NextMidnight(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+}

@@ -1,0 +1,417 @@
+// Package supervisor is Berth's control plane: it connects agents to
+// providers, starts and stops their computers within leases and daily
+// budgets, and serves the five computer tools. The HTTP API lives in
+// supervisor/api; state lives behind supervisor/store.
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+// Limits of the agent tools and connections (SPEC sections 2 and 3).
+const (
+	MinLeaseSeconds     = 60
+	MaxLeaseSeconds     = 900
+	DefaultLeaseSeconds = 900
+	MaxDailySeconds     = 86400
+	DefaultDailySeconds = 3600
+
+	MaxExecTimeoutSeconds     = 120
+	DefaultExecTimeoutSeconds = 60
+	MaxCommandChars           = 100000
+	ExecOutputBytes           = 16 << 10 // per stream, head and tail kept
+	MaxReadChars              = 24000
+	MaxWriteChars             = 16000
+	MaxPathChars              = 4096
+)
+
+// Config wires a Service.
+type Config struct {
+	Store store.Store
+	// Providers are the configured providers by id.
+	Providers map[string]providers.Provider
+	// DefaultProvider is used when a connection names none; it must be
+	// one of Providers.
+	DefaultProvider string
+	Box             *secrets.Box
+	Tokens          *token.Deriver
+	Clock           clock.Clock
+	Logger          *slog.Logger
+	// HTTPClient reaches computerd; providers that are Transporters supply
+	// their own transport.
+	HTTPClient *http.Client
+	// ComputerEnv is added to every computer's environment.
+	ComputerEnv map[string]string
+	// ReadyTimeout bounds the wait for a new computer's daemon (default 60 s).
+	ReadyTimeout time.Duration
+	// InstanceID names this supervisor process among those sharing the
+	// store (default: random).
+	InstanceID string
+}
+
+// Service carries out the supervisor's operations; REST and MCP both call it.
+type Service struct {
+	cfg  Config
+	st   store.Store
+	clk  clock.Clock
+	log  *slog.Logger
+	http *http.Client
+
+	reapMu   sync.Mutex // one reaper pass at a time in this process
+	instance string
+
+	depMu      sync.Mutex
+	deployment string
+}
+
+// New checks cfg and returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil || cfg.Box == nil || cfg.Tokens == nil {
+		return nil, errors.New("supervisor: Store, Box and Tokens are required")
+	}
+	if cfg.DefaultProvider == "" {
+		cfg.DefaultProvider = "docker"
+	}
+	if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
+		ids := make([]string, 0, len(cfg.Providers))
+		for id := range cfg.Providers {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		return nil, fmt.Errorf("supervisor: DEFAULT_PROVIDER %q is not configured (configured: %s)", cfg.DefaultProvider, strings.Join(ids, ", "))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = newID("i_")
+	}
+	return &Service{
+		cfg: cfg, st: cfg.Store, clk: cfg.Clock, http: cfg.HTTPClient, instance: cfg.InstanceID,
+		log: cfg.Logger.With("component", "supervisor", "instance", cfg.InstanceID),
+	}, nil
+}
+
+// Instance returns this supervisor's instance id.
+func (s *Service) Instance() string { return s.instance }
+
+// Deployment returns the id of the deployment: one per store, shared by
+// every supervisor on it, and put on every machine as a label.
+func (s *Service) Deployment(ctx context.Context) (string, error) {
+	s.depMu.Lock()
+	defer s.depMu.Unlock()
+	if s.deployment != "" {
+		return s.deployment, nil
+	}
+	id, err := s.st.Meta(ctx, "deployment_id", newID("d_"))
+	if err != nil {
+		return "", fmt.Errorf("deployment id: %w", err)
+	}
+	s.deployment = id
+	return id, nil
+}
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func newID(prefix string) string {
+	b := make([]byte, 10)
+	rand.Read(b)
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
+}
+
+// CreateAgentRequest is the body of POST /v1/agents.
+type CreateAgentRequest struct {
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name"`
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// CreateAgent registers an agent.
+func (s *Service) CreateAgent(ctx context.Context, r CreateAgentRequest) (store.Agent, error) {
+	if r.ID == "" {
+		r.ID = newID("ag_")
+	}
+	if !idRE.MatchString(r.ID) {
+		return store.Agent{}, badRequest("id: %q must be 1 to 64 letters, digits, '.', '_' or '-'", r.ID)
+	}
+	if r.Name = strings.TrimSpace(r.Name); r.Name == "" || len(r.Name) > 200 {
+		return store.Agent{}, badRequest("name: required, at most 200 characters")
+	}
+	if r.Workspace == "" {
+		r.Workspace = "default"
+	}
+	if !idRE.MatchString(r.Workspace) {
+		return store.Agent{}, badRequest("workspace: %q must be 1 to 64 letters, digits, '.', '_' or '-'", r.Workspace)
+	}
+	a := store.Agent{ID: r.ID, Name: r.Name, Workspace: r.Workspace, CreatedAt: s.clk.Now().UTC()}
+	if err := s.st.CreateAgent(ctx, a); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return a, errorf(http.StatusConflict, CodeConflict, "agent %q already exists", r.ID)
+		}
+		return a, fmt.Errorf("create agent %s: %w", r.ID, err)
+	}
+	return a, nil
+}
+
+// ConnectRequest is the body of POST /v1/computers.
+type ConnectRequest struct {
+	Agent        string            `json:"agent"`
+	Provider     string            `json:"provider,omitempty"`
+	Credentials  map[string]string `json:"credentials,omitempty"`
+	LeaseSeconds *int              `json:"leaseSeconds,omitempty"`
+	DailySeconds *int              `json:"dailySeconds,omitempty"`
+	Image        string            `json:"image,omitempty"`
+}
+
+// CredentialChecker is a provider that validates a connection's credentials
+// before they are stored (it does not call the provider: the first start
+// proves them).
+type CredentialChecker interface {
+	CheckCredentials(map[string]string) error
+}
+
+// Connect attaches a provider to an agent.
+func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connection, error) {
+	var c store.Connection
+	if r.Agent == "" {
+		return c, badRequest("agent: required")
+	}
+	if r.Provider == "" {
+		r.Provider = s.cfg.DefaultProvider
+	}
+	p, ok := s.cfg.Providers[r.Provider]
+	if !ok {
+		return c, badRequest("provider: %q is not configured (configured: %s)", r.Provider, strings.Join(s.providerIDs(), ", "))
+	}
+	lease := DefaultLeaseSeconds
+	if r.LeaseSeconds != nil {
+		lease = *r.LeaseSeconds
+	}
+	if lease < MinLeaseSeconds || lease > MaxLeaseSeconds {
+		return c, limitf("leaseSeconds: %d is outside %d..%d", lease, MinLeaseSeconds, MaxLeaseSeconds)
+	}
+	daily := max(DefaultDailySeconds, lease)
+	if r.DailySeconds != nil {
+		daily = *r.DailySeconds
+	}
+	if daily < lease || daily > MaxDailySeconds {
+		return c, limitf("dailySeconds: %d is outside leaseSeconds (%d)..%d", daily, lease, MaxDailySeconds)
+	}
+	if r.Image == "" {
+		r.Image = providers.ImageHeadless
+	}
+	if r.Image != providers.ImageHeadless && r.Image != providers.ImageDesktop {
+		return c, badRequest("image: %q must be %q or %q", r.Image, providers.ImageHeadless, providers.ImageDesktop)
+	}
+	if cc, ok := p.(CredentialChecker); ok {
+		if err := cc.CheckCredentials(r.Credentials); err != nil {
+			return c, badRequest("credentials: %v", err)
+		}
+	} else if len(r.Credentials) > 0 {
+		return c, badRequest("credentials: the %s provider takes none", r.Provider)
+	}
+	if _, err := s.st.GetAgent(ctx, r.Agent); err != nil {
+		return c, s.agentErr(r.Agent, err)
+	}
+	raw, err := json.Marshal(r.Credentials)
+	if err != nil {
+		return c, err
+	}
+	sealed, err := s.cfg.Box.Seal(raw, credentialsAD(r.Agent))
+	if err != nil {
+		return c, err
+	}
+	c = store.Connection{
+		AgentID: r.Agent, Provider: r.Provider, Image: r.Image, LeaseSeconds: lease, DailySeconds: daily,
+		CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
+	}
+	if err := s.st.CreateConnection(ctx, c); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return c, errorf(http.StatusConflict, CodeConflict, "agent %q already has a computer connection; DELETE /v1/agents/%s/computer first", r.Agent, r.Agent)
+		}
+		return c, fmt.Errorf("connect agent %s: %w", r.Agent, err)
+	}
+	s.log.Info("connected", "agent", r.Agent, "provider", r.Provider, "lease", lease, "daily", daily)
+	return c, nil
+}
+
+func credentialsAD(agent string) string { return "connection/" + agent }
+
+func (s *Service) providerIDs() []string {
+	ids := make([]string, 0, len(s.cfg.Providers))
+	for id := range s.cfg.Providers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (s *Service) agentErr(agent string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusNotFound, CodeNotFound, "agent %q does not exist", agent)
+	}
+	return err
+}
+
+// connection returns the agent's connection, or a 404 that says what is missing.
+func (s *Service) connection(ctx context.Context, agent string) (store.Connection, error) {
+	c, err := s.st.GetConnection(ctx, agent)
+	if errors.Is(err, store.ErrNotFound) {
+		if _, aerr := s.st.GetAgent(ctx, agent); aerr != nil {
+			return c, s.agentErr(agent, aerr)
+		}
+		return c, errorf(http.StatusNotFound, CodeNotFound, "agent %q has no computer connection; POST /v1/computers first", agent)
+	}
+	return c, err
+}
+
+// SessionView is a session as the API shows it.
+type SessionView struct {
+	ID               string    `json:"id"`
+	State            string    `json:"state"`
+	Provider         string    `json:"provider"`
+	Image            string    `json:"image"`
+	StartedAt        time.Time `json:"startedAt"`
+	ExpiresAt        time.Time `json:"expiresAt"`
+	RemainingSeconds int       `json:"remainingSeconds"`
+	Message          string    `json:"message,omitempty"`
+}
+
+func (s *Service) view(x store.Session) SessionView {
+	v := SessionView{ID: x.ID, State: x.State, Provider: x.Provider, Image: x.Image, StartedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt}
+	if store.Live(x.State) {
+		v.RemainingSeconds = max(int(x.ExpiresAt.Sub(s.clk.Now()).Seconds()), 0)
+	}
+	switch x.State {
+	case store.StateUncertain:
+		v.Message = "the provider may have created a machine whose id was lost; check the provider, remove any machine from this attempt, then POST confirm-cleanup with {\"providerCleanupConfirmed\": true}"
+	case store.StateCleanupFailed:
+		v.Message = "cleanup keeps failing (" + x.LastError + "); it is still retried; after removing the machine by hand, POST confirm-cleanup"
+	}
+	return v
+}
+
+// StatusView is the answer of GET /v1/agents/{agent}/computer.
+type StatusView struct {
+	Connection store.Connection `json:"connection"`
+	Session    *SessionView     `json:"session"`
+	Budget     store.Budget     `json:"budget"`
+}
+
+// Status returns the agent's connection, live session and today's budget.
+func (s *Service) Status(ctx context.Context, agent string) (StatusView, error) {
+	var out StatusView
+	c, err := s.connection(ctx, agent)
+	if err != nil {
+		return out, err
+	}
+	out.Connection = c
+	if x, err := s.st.LiveSession(ctx, agent); err == nil {
+		v := s.view(x)
+		out.Session = &v
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return out, err
+	}
+	out.Budget, err = s.st.Budget(ctx, agent, s.clk.Now())
+	return out, err
+}
+
+// Disconnect stops the agent's session, then deletes the connection and its
+// credentials. If the session's machine cannot be removed, the connection
+// stays, so its credentials remain for the cleanup that is still owed.
+func (s *Service) Disconnect(ctx context.Context, agent string) error {
+	if _, err := s.connection(ctx, agent); err != nil {
+		return err
+	}
+	x, err := s.st.LiveSession(ctx, agent)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return err
+	case x.State == store.StateUncertain:
+		return errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain; confirm its cleanup before disconnecting", x.ID)
+	default:
+		if _, err := s.Stop(ctx, agent); err != nil {
+			return err
+		}
+	}
+	pending, err := s.st.SessionsByState(ctx, store.StateStopping, store.StateCleanupFailed)
+	if err != nil {
+		return err
+	}
+	for _, p := range pending {
+		if p.AgentID == agent {
+			return errorf(http.StatusConflict, CodeConflict, "session %s is still being cleaned up (%s); the connection and its credentials stay until it is done", p.ID, p.LastError)
+		}
+	}
+	if err := s.st.DeleteConnection(ctx, agent); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	s.log.Info("disconnected", "agent", agent)
+	return nil
+}
+
+func (s *Service) provider(name string) (providers.Provider, error) {
+	p, ok := s.cfg.Providers[name]
+	if !ok {
+		return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "provider %q is not configured on this supervisor", name)
+	}
+	return p, nil
+}
+
+// client returns a computerd client for a running session.
+func (s *Service) client(x store.Session) (*computerd.Client, error) {
+	p, err := s.provider(x.Provider)
+	if err != nil {
+		return nil, err
+	}
+	hc := s.http
+	if t, ok := p.(providers.Transporter); ok {
+		hc = &http.Client{Transport: t.Transport(machineOf(x))}
+	}
+	var opts []computerd.Option
+	opts = append(opts, computerd.WithHTTPClient(hc))
+	if h := machineOf(x).Header; len(h) > 0 {
+		opts = append(opts, computerd.WithHeader(h))
+	}
+	return computerd.NewClient(x.Endpoint, s.cfg.Tokens.Derive(token.Computer, x.ComputerID), opts...), nil
+}
+
+func machineOf(x store.Session) providers.Machine {
+	m := providers.Machine{ID: x.MachineID, Endpoint: x.Endpoint}
+	if x.Header != "" {
+		json.Unmarshal([]byte(x.Header), &m.Header)
+	}
+	return m
+}
