@@ -139,17 +139,12 @@ put() {
 	install -D -m "$mode" "$1" "$2"
 }
 
-# put_tree SRC DST copies a folder into a build context, modes fixed.
+# put_tree SRC DST copies a folder into a build context, modes fixed the
+# same way (folders and executables 0755, other files 0644).
 put_tree() {
-	local f
-	install -d -m 0755 "$2"
-	while IFS= read -r -d '' f; do
-		if [ -d "$1/$f" ]; then
-			install -d -m 0755 "$2/$f"
-		else
-			put "$1/$f" "$2/$f"
-		fi
-	done < <(cd "$1" && find . -mindepth 1 \( -type d -o -type f \) -print0 | sort -z)
+	mkdir -p "$2"
+	cp -R "$1/." "$2/"
+	chmod -R u=rwX,go=rX "$2"
 }
 
 # context_hash DIR prints a hash of a build context: every path, type, mode
@@ -377,10 +372,10 @@ sri_sha512() {
 
 # agent_browser DEST puts the agent-browser npm package into DEST with only
 # this architecture's native CLI. The package is fetched on this machine
-# (with its npm, or curl from the public registry), kept in the cache and
-# checked against images/headless/agent-browser.pin.
+# (with its npm, or curl from the public registry), checked against
+# images/headless/agent-browser.pin and kept, unpacked, in the cache.
 agent_browser() {
-	local pin=$IMAGES/headless/agent-browser.pin version integrity
+	local pin=$IMAGES/headless/agent-browser.pin version integrity platform
 	version=$(sed -n 's/^version=//p' "$pin")
 	integrity=$(sed -n 's/^integrity=//p' "$pin")
 	[ -n "$version" ] && [ -n "$integrity" ] || die "$pin needs version= and integrity= lines"
@@ -388,42 +383,40 @@ agent_browser() {
 		version=$BERTH_AGENT_BROWSER_VERSION
 		integrity=
 	fi
+	case $ARCH in amd64) platform=linux-x64 ;; arm64) platform=linux-arm64 ;; esac
 
-	local tgz=$CACHE/npm/agent-browser-$version.tgz tmp
-	tmpdir tmp agent-browser
-	if [ ! -s "$tgz" ]; then
-		mkdir -p "$CACHE/npm"
-		local t=$EPOCHREALTIME
+	local pkg=$CACHE/npm/agent-browser-$version-$platform-$(printf '%s' "$integrity" | sha256 | cut -c1-12)
+	if [ ! -d "$pkg" ]; then
+		local tmp t=$EPOCHREALTIME
+		tmpdir tmp agent-browser
 		if command -v npm >/dev/null; then
 			(cd "$tmp" && npm pack --silent "agent-browser@$version" >/dev/null) ||
 				die "npm pack agent-browser@$version failed"
-			mv "$tmp/agent-browser-$version.tgz" "$tgz"
 		elif command -v curl >/dev/null; then
-			curl -fsSL -o "$tgz.part" "https://registry.npmjs.org/agent-browser/-/agent-browser-$version.tgz" ||
+			curl -fsSL -o "$tmp/agent-browser-$version.tgz" \
+				"https://registry.npmjs.org/agent-browser/-/agent-browser-$version.tgz" ||
 				die "downloading agent-browser@$version failed"
-			mv "$tgz.part" "$tgz"
 		else
 			die "npm or curl is needed to fetch the agent-browser package"
 		fi
-		log "fetched agent-browser@$version in $(since "$t")"
+		local tgz=$tmp/agent-browser-$version.tgz
+		if [ -n "$integrity" ]; then
+			local got
+			got=$(sri_sha512 "$tgz")
+			[ "$got" = "$integrity" ] || die "agent-browser@$version is $got, but $pin says $integrity"
+		else
+			log "agent-browser@$version is not the pinned version: its integrity is not checked against $pin"
+		fi
+		tar -xzf "$tgz" -C "$tmp" package
+		find "$tmp/package/bin" -maxdepth 1 -type f -name 'agent-browser-*' ! -name "agent-browser-$platform" -delete
+		[ -f "$tmp/package/bin/agent-browser-$platform" ] ||
+			die "agent-browser@$version has no native CLI for $platform"
+		chmod 0755 "$tmp/package/bin/agent-browser-$platform"
+		mkdir -p "$CACHE/npm"
+		mv "$tmp/package" "$pkg"
+		log "fetched agent-browser@$version ($platform) in $(since "$t")"
 	fi
-	if [ -n "$integrity" ]; then
-		local got
-		got=$(sri_sha512 "$tgz")
-		[ "$got" = "$integrity" ] ||
-			{ rm -f "$tgz"; die "agent-browser@$version is $got, but $pin says $integrity"; }
-	else
-		log "agent-browser@$version is not the pinned version; its integrity is not checked against $pin"
-	fi
-
-	local platform
-	case $ARCH in amd64) platform=linux-x64 ;; arm64) platform=linux-arm64 ;; esac
-	tar -xzf "$tgz" -C "$tmp" package
-	find "$tmp/package/bin" -maxdepth 1 -type f -name 'agent-browser-*' ! -name "agent-browser-$platform" -delete
-	[ -f "$tmp/package/bin/agent-browser-$platform" ] ||
-		die "agent-browser@$version has no native CLI for $platform"
-	chmod 0755 "$tmp/package/bin/agent-browser-$platform"
-	put_tree "$tmp/package" "$1"
+	put_tree "$pkg" "$1"
 }
 
 build_headless() {

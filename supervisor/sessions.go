@@ -474,13 +474,21 @@ func (s *Service) resolveOrphans(ctx context.Context) {
 		if x.Owner == s.instance && now.Before(x.ClaimUntil) {
 			continue // our own start, still running
 		}
+		claimed := false
 		if x.Owner != s.instance {
 			alive, err := s.st.InstanceAlive(ctx, x.Owner, now.Add(-InstanceTTL))
 			if err != nil || (alive && now.Before(x.ClaimUntil)) {
 				continue
 			}
+			if !alive {
+				// Its supervisor died: take the claim over from it.
+				claimed, err = s.st.TakeSession(ctx, x.ID, x.Owner, s.instance, now.Add(reapClaim))
+				if err != nil || !claimed {
+					continue
+				}
+			}
 		}
-		if !s.claim(ctx, x, reapClaim) {
+		if !claimed && !s.claim(ctx, x, reapClaim) {
 			continue
 		}
 		if listed == nil {

@@ -2,22 +2,26 @@
 //
 // The first call to Start in a test binary starts one server, shared by
 // every test of that binary; each call then creates a fresh database on it
-// and drops it when the test ends. The server listens on 127.0.0.1 at a
-// free port (and on a Unix socket in its own directory), with durability
-// switched off (fsync, synchronous_commit, full_page_writes) for speed, and
-// trusts local connections as the superuser "postgres".
+// (CREATE DATABASE takes tens of milliseconds, a server half a second or
+// more) and drops it when the test ends. The server listens on 127.0.0.1
+// at a free port (and on a Unix socket in its own directory), with
+// durability switched off (fsync, synchronous_commit, full_page_writes) for
+// speed, and trusts local connections as the superuser "postgres".
 //
 // Start-up copies a data directory made once by initdb and kept in the
 // user's cache directory (berth/pgtest), so that only the first run on a
-// machine pays for initdb. When the process runs as root, initdb and
-// postgres (which refuse root) run as the user "nobody" through setpriv,
-// in a temporary directory handed to that user.
+// machine pays for initdb; a template that fails to start is made anew.
+// The server's files go to /dev/shm when TMPDIR is unset and it is a tmpfs
+// with room, else to the temporary directory. When the process runs as
+// root, initdb and postgres (which refuse root) run as the user "nobody"
+// through setpriv, in a temporary directory handed to that user.
 //
 // Stopping: a package that uses Start calls Main (or Wrap, for use with
 // goleak) from its TestMain; the server then stops and its directory is
 // removed when the tests end. Without that, or when the test binary dies,
 // a small watchdog shell that owns the server notices that the binary's end
-// of a pipe has closed, stops the server and removes its directory.
+// of a pipe has closed, stops the server and removes its directory. Only
+// processes that pgtest started are signalled, by their pids.
 //
 // When initdb or postgres cannot be found, Start skips the test with the
 // command that installs them; with BERTH_REQUIRE_POSTGRES=1 it fails
@@ -307,7 +311,8 @@ func startServer() (*server, error) {
 			return nil, err
 		}
 		data := filepath.Join(dir, "data")
-		if err := prepareData(as, bin, template, data); err != nil {
+		copied, err := prepareData(as, bin, template, data)
+		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -317,7 +322,12 @@ func startServer() (*server, error) {
 			return s, nil
 		}
 		lastErr = err
-		if !errors.Is(err, errPortTaken) {
+		switch {
+		case errors.Is(err, errPortTaken):
+		case copied:
+			// A damaged template: make a new one with initdb.
+			os.RemoveAll(template)
+		default:
 			return nil, err
 		}
 	}
@@ -342,25 +352,26 @@ func templateDir(bin, version string) string {
 }
 
 // prepareData fills data with a fresh cluster: a copy of the template when
-// there is one, else initdb's output, which then becomes the template.
-func prepareData(as runAs, bin, template, data string) error {
+// there is one (copied is then true), else initdb's output, which then
+// becomes the template.
+func prepareData(as runAs, bin, template, data string) (copied bool, err error) {
 	if template != "" {
 		if _, err := os.Stat(filepath.Join(template, "PG_VERSION")); err == nil {
 			if out, err := exec.Command("cp", "-a", template, data).CombinedOutput(); err != nil {
-				return fmt.Errorf("copy template %s: %v: %s", template, err, out)
+				return false, fmt.Errorf("copy template %s: %v: %s", template, err, out)
 			}
-			return nil
+			return true, nil
 		}
 	}
 	cmd := as.command(filepath.Join(bin, "initdb"), append([]string{"-D", data}, initdbArgs...)...)
 	cmd.Dir = filepath.Dir(data)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %v: %s", err, out)
+		return false, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	if template != "" {
 		saveTemplate(data, template)
 	}
-	return nil
+	return false, nil
 }
 
 // saveTemplate copies a fresh data directory into the cache. It builds the

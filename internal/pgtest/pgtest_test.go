@@ -14,7 +14,14 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		// A child of TestServerStops: stop the server through Wrap, as
+		// Main does, or die without stopping it.
+		os.Exit(Wrap(child(mode)).Run())
+	}
+	Main(m)
+}
 
 func testContext(t *testing.T) context.Context {
 	ctx := t.Context()
@@ -127,33 +134,32 @@ func TestMissingPostgres(t *testing.T) {
 	})
 }
 
-// childEnv selects what TestChild does in a re-executed test binary.
+// childEnv selects what a re-executed test binary does: "main" starts the
+// server and returns, "crash" starts it and exits at once, the way a
+// crashed or killed test binary would.
 const childEnv = "PGTEST_CHILD"
 
-// TestChild starts the server inside a child test binary, reports it, and
-// then either returns (Main stops the server) or exits at once, the way a
-// crashed or killed test binary would.
-func TestChild(t *testing.T) {
-	mode := os.Getenv(childEnv)
-	if mode == "" {
-		t.Skip("runs only as a child of TestServerStops")
+type child string
+
+func (mode child) Run() int {
+	once.Do(func() { shared, errInit = startServer() })
+	if errInit != nil {
+		fmt.Fprintln(os.Stderr, errInit)
+		return 1
 	}
-	Start(t)
 	fmt.Printf("server pid=%d dir=%s\n", shared.pid, shared.dir)
 	if mode == "crash" {
 		os.Exit(3)
 	}
+	return 0
 }
 
 func TestServerStops(t *testing.T) {
-	if os.Getenv(childEnv) != "" {
-		t.Skip("child")
-	}
 	Start(t) // skips here when PostgreSQL is missing
 	for _, mode := range []string{"main", "crash"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := testContext(t)
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChild$", "-test.count=1", "-test.v")
+			cmd := exec.CommandContext(ctx, os.Args[0])
 			cmd.Env = append(os.Environ(), childEnv+"="+mode)
 			out, err := cmd.Output()
 			pid, dir := parseChild(t, string(out))

@@ -53,6 +53,9 @@ type Calls interface {
 	// up, resolve) until until. It fails (false) while another owner's
 	// claim runs.
 	ClaimSession(ctx context.Context, id, owner string, now, until time.Time) (bool, error)
+	// TakeSession moves a session's claim from an owner known to be dead to
+	// owner, until until; it is false when the claim is no longer from's.
+	TakeSession(ctx context.Context, id, from, owner string, until time.Time) (bool, error)
 
 	// Meta returns the value stored under key, storing def first when the
 	// key has none (the first writer wins). It keeps facts of the whole

@@ -95,6 +95,17 @@ func (s *Store) ClaimSession(ctx context.Context, id, owner string, now, until t
 	return n == 1, nil
 }
 
+// TakeSession implements store.Calls.
+func (s *Store) TakeSession(ctx context.Context, id, from, owner string, until time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE sessions SET owner = ?, claim_until = ? WHERE id = ? AND owner = ?`),
+		owner, ms(until), id, from)
+	if err != nil {
+		return false, fmt.Errorf("take session %s: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
 var _ store.Calls = (*Store)(nil)
 
 // Meta implements store.Calls.

@@ -431,9 +431,9 @@ func (s *Store) Usage(ctx context.Context, by string, from, to, now time.Time) (
 	}
 	nowMS := ms(now)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+col+`,
-		COALESCE(SUM(CASE WHEN state IN `+liveStates+`
+		CAST(COALESCE(SUM(CASE WHEN state IN `+liveStates+`
 			THEN (CASE WHEN ? < expires_at THEN ? ELSE expires_at END - created_at) / 1000
-			ELSE charged_seconds END), 0),
+			ELSE charged_seconds END), 0) AS BIGINT),
 		COUNT(*)
 		FROM sessions WHERE created_at >= ? AND created_at < ?
 		GROUP BY `+col+` ORDER BY `+col), nowMS, nowMS, ms(from), ms(to))

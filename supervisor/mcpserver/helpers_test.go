@@ -1,0 +1,319 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/supervisor/client"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	testAgent = "a1"
+	testToken = "sup-token"
+	mcpToken  = "mcp-token"
+)
+
+// testContext returns a context that ends before the test's deadline.
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	if d, ok := t.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
+		deadline = d.Add(-time.Second)
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// call is one request the fake supervisor received.
+type call struct {
+	Method, Path, Auth, Key, Body string
+}
+
+// answer is the fake supervisor's reply to one request. With drop set it
+// closes the connection instead; with hold set it waits for hold to close
+// first, after closing held (when set).
+type answer struct {
+	status int
+	body   string
+	drop   bool
+	held   chan struct{}
+	hold   chan struct{}
+}
+
+// fakeSupervisor answers each "METHOD /path" route as set by on, and
+// records the requests.
+type fakeSupervisor struct {
+	mu      sync.Mutex
+	calls   []call
+	answers map[string][]answer
+	srv     *httptest.Server
+}
+
+func newFakeSupervisor(t *testing.T) *fakeSupervisor {
+	t.Helper()
+	f := &fakeSupervisor{answers: map[string][]answer{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// on sets the answers of route, given in turn; the last one repeats.
+func (f *fakeSupervisor) on(route string, answers ...answer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers[route] = answers
+}
+
+func (f *fakeSupervisor) ok(route, body string) { f.on(route, answer{status: 200, body: body}) }
+
+func (f *fakeSupervisor) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	route := r.Method + " " + r.URL.Path
+	f.mu.Lock()
+	f.calls = append(f.calls, call{
+		Method: r.Method, Path: r.URL.Path, Auth: r.Header.Get("Authorization"),
+		Key: r.Header.Get("Idempotency-Key"), Body: string(body),
+	})
+	a := answer{status: http.StatusNotFound, body: `{"error":{"code":"not_found","message":"no route for ` + route + `"}}`}
+	if q := f.answers[route]; len(q) > 0 {
+		a = q[0]
+		if len(q) > 1 {
+			f.answers[route] = q[1:]
+		}
+	}
+	f.mu.Unlock()
+	if a.held != nil {
+		close(a.held)
+	}
+	if a.hold != nil {
+		<-a.hold
+	}
+	if a.drop {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	io.WriteString(w, a.body)
+}
+
+func (f *fakeSupervisor) requests() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
+}
+
+// last returns the last request made, failing the test when there is none.
+func (f *fakeSupervisor) last(t *testing.T) call {
+	t.Helper()
+	calls := f.requests()
+	if len(calls) == 0 {
+		t.Fatal("no request reached the supervisor")
+	}
+	return calls[len(calls)-1]
+}
+
+// testLogger logs to t.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// newTestServer returns a Server of testAgent calling f.
+func newTestServer(t *testing.T, f *fakeSupervisor, opts ...client.Option) *Server {
+	t.Helper()
+	opts = append([]client.Option{client.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
+	c, err := client.New(f.srv.URL, testToken, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(c, testAgent, WithLogger(testLogger(t)), WithVersion("test"), WithShutdownTimeout(5*time.Second))
+}
+
+// connectInMemory runs s over an in-memory transport and returns a client
+// session of it. Cleanup closes the session and checks that Run ended well.
+func connectInMemory(t *testing.T, s *Server) *mcp.ClientSession {
+	t.Helper()
+	// Not the test's context: that ends before cleanup, where the client
+	// leaves first.
+	runCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ct, st := mcp.NewInMemoryTransports()
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(runCtx, st) }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(testContext(t), ct, nil)
+	if err != nil {
+		cancel()
+		<-ran
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer cancel()
+		cs.Close()
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		select {
+		case err := <-ran:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-timer.C:
+			t.Error("Run did not end after the client left")
+		}
+	})
+	return cs
+}
+
+// bearer is a transport that adds a bearer token.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// httpServer is s served over streamable HTTP on loopback.
+type httpServer struct {
+	url    string // the MCP endpoint
+	client *http.Client
+	stop   func() error
+}
+
+// serveHTTP serves s on a loopback port with token until the test ends.
+func serveHTTP(t *testing.T, s *Server, token string) *httpServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testContext(t))
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln, token) }()
+	tr := &http.Transport{}
+	hc := &http.Client{Transport: tr}
+	if token != "" {
+		hc.Transport = bearer{token, tr}
+	}
+	var once sync.Once
+	var serveErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			serveErr = <-served
+			tr.CloseIdleConnections()
+		})
+		return serveErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &httpServer{url: "http://" + ln.Addr().String() + Path, client: hc, stop: stop}
+}
+
+// connectHTTP returns a client session of h.
+func connectHTTP(t *testing.T, h *httpServer) *mcp.ClientSession {
+	t.Helper()
+	ctx := testContext(t)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// transports runs test against a server connected in memory and over
+// streamable HTTP.
+func transports(t *testing.T, test func(t *testing.T, f *fakeSupervisor, cs *mcp.ClientSession)) {
+	t.Run("inmemory", func(t *testing.T) {
+		f := newFakeSupervisor(t)
+		test(t, f, connectInMemory(t, newTestServer(t, f)))
+	})
+	t.Run("http", func(t *testing.T) {
+		f := newFakeSupervisor(t)
+		test(t, f, connectHTTP(t, serveHTTP(t, newTestServer(t, f), mcpToken)))
+	})
+}
+
+// callTool calls a tool and fails the test on a protocol error.
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(testContext(t), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}
+
+// text returns the text of a result's content blocks, one per line.
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// structured decodes a result's structured content into v.
+func structured(t *testing.T, res *mcp.CallToolResult, v any) {
+	t.Helper()
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("structured content %s: %v", raw, err)
+	}
+}
+
+// jsonEqual fails the test when got and want are different JSON values.
+func jsonEqual(t *testing.T, got, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("JSON %q: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("want %q: %v", want, err)
+	}
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	if string(gb) != string(wb) {
+		t.Errorf("JSON = %s, want %s", gb, wb)
+	}
+}

@@ -1,0 +1,81 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+func testAgents(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	a := store.Agent{ID: "a1", Name: "Agent One", Workspace: "research", CreatedAt: at(1500 * time.Millisecond)}
+	if err := s.CreateAgent(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetAgent(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != a.ID || got.Name != a.Name || got.Workspace != a.Workspace || !got.CreatedAt.Equal(a.CreatedAt) {
+		t.Errorf("GetAgent = %+v, want %+v", got, a)
+	}
+	err = s.CreateAgent(ctx, store.Agent{ID: "a1", Name: "Impostor", Workspace: "other", CreatedAt: t0})
+	wantErr(t, err, store.ErrConflict, "second agent with one id")
+	if got, _ := s.GetAgent(ctx, "a1"); got.Name != a.Name || got.Workspace != a.Workspace {
+		t.Errorf("a refused CreateAgent changed the agent: %+v", got)
+	}
+	_, err = s.GetAgent(ctx, "nobody")
+	wantErr(t, err, store.ErrNotFound, "unknown agent")
+}
+
+func testConnections(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	if err := s.CreateAgent(ctx, store.Agent{ID: "a1", Name: "one", Workspace: "default", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetConnection(ctx, "a1")
+	wantErr(t, err, store.ErrNotFound, "connection before connecting")
+	_, err = s.Budget(ctx, "a1", t0)
+	wantErr(t, err, store.ErrNotFound, "budget without a connection")
+	_, err = s.Reserve(ctx, reservation("a1", "s1", t0))
+	wantErr(t, err, store.ErrNotFound, "reserve without a connection")
+
+	c := store.Connection{AgentID: "a1", Provider: "e2b", Image: "desktop", LeaseSeconds: 600, DailySeconds: 3600,
+		CreatedAt: at(time.Second), Credentials: []byte("AQIDBAUGBwgJCgsMDQ4PEA")}
+	if err := s.CreateConnection(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want store.Connection) {
+		t.Helper()
+		got, err := s.GetConnection(ctx, "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.AgentID != want.AgentID || got.Provider != want.Provider || got.Image != want.Image ||
+			got.LeaseSeconds != want.LeaseSeconds || got.DailySeconds != want.DailySeconds ||
+			!got.CreatedAt.Equal(want.CreatedAt) || string(got.Credentials) != string(want.Credentials) {
+			t.Errorf("GetConnection = %+v (credentials %q), want %+v (credentials %q)",
+				got, got.Credentials, want, want.Credentials)
+		}
+	}
+	check(c)
+	second := c
+	second.Provider = "docker"
+	wantErr(t, s.CreateConnection(ctx, second), store.ErrConflict, "second connection")
+	check(c)
+
+	if err := s.DeleteConnection(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetConnection(ctx, "a1")
+	wantErr(t, err, store.ErrNotFound, "connection after delete")
+	wantErr(t, s.DeleteConnection(ctx, "a1"), store.ErrNotFound, "second delete")
+	wantErr(t, s.DeleteConnection(ctx, "nobody"), store.ErrNotFound, "delete for an unknown agent")
+
+	// The agent can connect again.
+	if err := s.CreateConnection(ctx, second); err != nil {
+		t.Fatalf("reconnect: %v", err)
+	}
+	check(second)
+}
