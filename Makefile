@@ -26,13 +26,15 @@ run: build images ## build everything and start `berth dev` on $(LISTEN)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
 
 test: docker images ## run the whole suite, Docker integration tests included
-	BERTH_REQUIRE_DOCKER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...
 
-bench: docker images ## run the benchmarks and print the table
-	$(GO) run ./internal/benchtable -- $(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./providers/docker/ ./e2e/ ./images/computerd/...
+BENCHTIME ?= 20x
+bench: docker images ## run the benchmarks; each row has our figure, its baseline from the same run, and their ratio
+	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./e2e/ ./providers/docker/ ./supervisor/api/ ./supervisor/store/... 2>&1 \
+		| tee /tmp/berth-bench.txt | awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2) printf "  %s %s", $$i, $$(i+1); print "" } /^(ok|FAIL|---)/'
 
 lint: ## vet and check formatting
 	$(GO) vet ./...

@@ -128,4 +128,3 @@ func TestHeadlessImage(t *testing.T) {
 		t.Fatalf("left behind after stop: %s", left)
 	}
 }
-

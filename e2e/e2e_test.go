@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // requireDocker skips when no engine answers, unless BERTH_REQUIRE_DOCKER=1
 // (as `make test` and CI set), where it fails instead.
-func requireDocker(t *testing.T, images ...string) {
+func requireDocker(t testing.TB, images ...string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs Docker; run without -short (make test)")
@@ -68,7 +68,7 @@ func requireDocker(t *testing.T, images ...string) {
 }
 
 type super struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	token string
 	d     *daemon.Daemon
@@ -76,7 +76,7 @@ type super struct {
 
 // startSupervisor runs an in-process supervisor with the docker provider,
 // computers made from image.
-func startSupervisor(t *testing.T, image string) *super {
+func startSupervisor(t testing.TB, image string) *super {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512"}
@@ -103,7 +103,7 @@ func startSupervisor(t *testing.T, image string) *super {
 	return s
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

@@ -29,7 +29,7 @@ type serverFlags struct {
 func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
 	cmd.Flags().StringVar(&f.listen, "listen", listen, "address of the REST API")
 	cmd.Flags().StringVar(&f.data, "data", data, "folder for the database, the sealing key and generated secrets")
-	cmd.Flags().StringVar(&f.store, "store", "sqlite", "state store: sqlite or sqlite:PATH")
+	cmd.Flags().StringVar(&f.store, "store", "sqlite", "state store: sqlite, sqlite:PATH or postgres://USER:PASSWORD@HOST/DB")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 

@@ -32,8 +32,8 @@ type Options struct {
 	// DataDir holds the SQLite database, the sealing key and generated
 	// secrets (default ./berth-data).
 	DataDir string
-	// Store is a store URL: empty or "sqlite" for DataDir/berth.db, or
-	// sqlite:PATH.
+	// Store is a store URL: empty or "sqlite" for DataDir/berth.db,
+	// sqlite:PATH, or a postgres:// URL.
 	Store string
 	// Token is SUPERVISOR_TOKEN; when empty one is generated, kept in
 	// DataDir and Generated is set.
@@ -182,8 +182,10 @@ func openStore(ctx context.Context, o Options) (store.Store, error) {
 		return sqlstore.OpenSQLite(ctx, filepath.Join(o.DataDir, "berth.db"))
 	case strings.HasPrefix(o.Store, "sqlite:"):
 		return sqlstore.OpenSQLite(ctx, strings.TrimPrefix(o.Store, "sqlite:"))
+	case strings.HasPrefix(o.Store, "postgres://"), strings.HasPrefix(o.Store, "postgresql://"):
+		return sqlstore.OpenPostgres(ctx, o.Store)
 	}
-	return nil, fmt.Errorf("--store %q: want sqlite or sqlite:PATH", o.Store)
+	return nil, errors.New("--store: want sqlite, sqlite:PATH or postgres://USER@HOST/DB")
 }
 
 // Serve listens on the configured address and serves until ctx ends, then

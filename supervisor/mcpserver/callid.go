@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -158,26 +159,64 @@ func (t *taggingTransport) Connect(ctx context.Context) (mcp.Connection, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &taggingConn{Connection: c, s: t.s, id: randomID()}, nil
+	return &taggingConn{Connection: c, s: t.s, id: randomID(), calls: map[jsonrpc.ID]bool{}}, nil
 }
 
-// taggingConn tags the tools/call messages read from a connection.
+// taggingConn tags the tools/call messages read from a connection, and
+// counts them as pending until their answers are written.
 type taggingConn struct {
 	mcp.Connection
 	s  *Server
 	id string
+
+	mu     sync.Mutex
+	calls  map[jsonrpc.ID]bool // tools/call requests not answered yet
+	closed bool
 }
 
 func (c *taggingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
-	if err == nil {
-		conn := ""
-		if c.Connection.SessionID() == "" {
-			conn = c.id
-		}
-		c.s.tagMessage(msg, conn)
+	if err != nil {
+		return msg, err
 	}
-	return msg, err
+	conn := ""
+	if c.Connection.SessionID() == "" {
+		conn = c.id
+	}
+	if c.s.tagMessage(msg, conn) {
+		id := msg.(*jsonrpc.Request).ID
+		c.mu.Lock()
+		if !c.closed && !c.calls[id] {
+			c.calls[id] = true
+			c.s.pending.add(1)
+		}
+		c.mu.Unlock()
+	}
+	return msg, nil
+}
+
+func (c *taggingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		if c.calls[resp.ID] {
+			delete(c.calls, resp.ID)
+			c.s.pending.add(-1)
+		}
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *taggingConn) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		c.s.pending.add(-len(c.calls))
+		clear(c.calls)
+	}
+	c.mu.Unlock()
+	return c.Connection.Close()
 }
 
 // tagRequests tags the tools/call messages of every POST before next
@@ -199,8 +238,12 @@ func (s *Server) tagRequests(next http.Handler) http.Handler {
 			http.Error(w, "failed to read body", http.StatusBadRequest)
 			return
 		}
-		if tagged, ok := s.tagBody(body); ok {
+		tagged, ok := s.tagBody(body)
+		if ok {
+			// The POST ends when its calls are answered.
 			body = tagged
+			s.pending.add(1)
+			defer s.pending.add(-1)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))

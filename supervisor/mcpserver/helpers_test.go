@@ -235,8 +235,15 @@ func serveHTTP(t *testing.T, s *Server, token string) *httpServer {
 		return serveErr
 	}
 	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Serve: %v", err)
+		first := false
+		once.Do(func() {
+			first = true
+			cancel()
+			serveErr = <-served
+			tr.CloseIdleConnections()
+		})
+		if first && serveErr != nil {
+			t.Errorf("Serve: %v", serveErr)
 		}
 	})
 	return &httpServer{url: "http://" + ln.Addr().String() + Path, client: hc, stop: stop}

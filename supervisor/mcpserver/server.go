@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -43,6 +44,9 @@ type Server struct {
 	log      *slog.Logger
 	version  string
 	shutdown time.Duration
+
+	pending  pending     // tool calls not answered yet
+	draining atomic.Bool // set when shutdown begins: new tool calls are refused
 }
 
 // Option configures a Server.
@@ -106,8 +110,9 @@ func (s *Server) Transport(t mcp.Transport) mcp.Transport {
 }
 
 // Run serves one MCP connection over t until the client disconnects or ctx
-// ends. When ctx ends, Run stops taking new calls and waits for the running
-// ones, up to the shutdown timeout; it returns nil after a clean end.
+// ends. When ctx ends, Run refuses new tool calls, waits for the running
+// ones to be answered (up to the shutdown timeout) and closes the
+// connection; it returns nil after a clean end.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	ss, err := s.mcp.Connect(ctx, s.Transport(t), nil)
 	if err != nil {
@@ -120,21 +125,21 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.draining.Store(true)
 	s.log.Info("shutting down: waiting for running tool calls")
-	closed := make(chan struct{})
-	go func() {
-		ss.Close() // waits for the calls in flight
-		close(closed)
-	}()
 	timer := time.NewTimer(s.shutdown)
 	defer timer.Stop()
 	select {
-	case <-closed:
-		<-ended
-		return nil
+	case <-s.pending.idle():
+	case err := <-ended:
+		return err
 	case <-timer.C:
+		go ss.Close()
 		return ErrShutdownTimeout
 	}
+	ss.Close()
+	<-ended
+	return nil
 }
 
 // Handler returns the streamable HTTP endpoint of the tools. When token is
@@ -195,35 +200,50 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, token string) error
 	case <-ctx.Done():
 	}
 
+	s.draining.Store(true)
 	s.log.Info("shutting down: waiting for running tool calls")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdown)
 	defer cancel()
+	// Shutdown closes the listener at once, then waits for the
+	// connections to be idle, which the sessions' long-lived event streams
+	// never are: those end when the sessions are closed, after the running
+	// calls have been answered.
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(sctx) }()
-	// Closing a session waits for its calls in flight, then ends its
-	// long-lived event stream, which Shutdown would otherwise wait for.
 	closed := make(chan struct{})
 	go func() {
-		var wg sync.WaitGroup
-		for ss := range s.mcp.Sessions() {
-			wg.Go(func() { ss.Close() })
+		defer close(closed)
+		select {
+		case <-s.pending.idle():
+		case <-sctx.Done():
+			return
 		}
-		wg.Wait()
-		close(closed)
+		s.closeSessions()
 	}()
 	var err error
 	select {
-	case <-closed:
-		err = <-shut
+	case err = <-shut:
 	case <-sctx.Done():
 		err = sctx.Err()
 	}
 	if err != nil {
 		srv.Close()
+		// The sessions close once their calls end.
+		go s.closeSessions()
 		err = ErrShutdownTimeout
 	}
 	<-served
 	return err
+}
+
+// closeSessions closes every session of the server. Each close waits for
+// the session's running calls.
+func (s *Server) closeSessions() {
+	var wg sync.WaitGroup
+	for ss := range s.mcp.Sessions() {
+		wg.Go(func() { ss.Close() })
+	}
+	wg.Wait()
 }
 
 // loopback reports whether addr is a TCP address on a loopback interface.

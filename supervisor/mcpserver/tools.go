@@ -161,6 +161,9 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, run func(context.Context, In) 
 	name := t.Name
 	mcp.AddTool(s.mcp, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
+		if s.draining.Load() {
+			return nil, zero, fmt.Errorf("%s was not run: the MCP server is shutting down; call it again once the server is back", name)
+		}
 		key := s.callKey(req)
 		if key != "" {
 			ctx = client.WithIdempotencyKey(ctx, key)
