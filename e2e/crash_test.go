@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,6 +28,11 @@ type proc struct {
 
 // runSupervisor starts `berth supervisor` on a free port with data in dir.
 func runSupervisor(t *testing.T, dir string, extraEnv ...string) *proc {
+	return runSupervisorArgs(t, dir, nil, extraEnv...)
+}
+
+// runSupervisorArgs is runSupervisor with extra flags.
+func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...string) *proc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,7 +41,7 @@ func runSupervisor(t *testing.T, dir string, extraEnv ...string) *proc {
 	addr := ln.Addr().String()
 	ln.Close()
 	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &bytes.Buffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(berthBin, "supervisor", "--listen", addr, "--data", dir, "--log-level", "debug")
+	p.cmd = exec.Command(berthBin, append([]string{"supervisor", "--listen", addr, "--data", dir, "--log-level", "debug"}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"SUPERVISOR_TOKEN="+p.token,
 		"COMPUTER_IMAGE_HEADLESS=berth/test:latest",
@@ -187,6 +191,7 @@ func waitSettled(t *testing.T, p *proc, agent string) status {
 // behind, and that the budget adds up.
 func TestCrashDuringCreate(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	for _, after := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -256,6 +261,7 @@ func waitGone(t *testing.T, dep string) {
 // uncertain and the command is not run again.
 func TestCrashDuringExec(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	dir := t.TempDir()
 	p := runSupervisor(t, dir)
 	p.must("POST", "/v1/agents", map[string]any{"id": "crash", "name": "crash"}, 201, nil)
@@ -296,5 +302,4 @@ func TestCrashDuringExec(t *testing.T) {
 	}
 	p.must("POST", "/v1/agents/crash/computer/stop", nil, 200, nil)
 	waitGone(t, deploymentOf(t, dir))
-	fmt.Fprint(io.Discard)
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/pgtest"
 	"github.com/berthdev/berth/supervisor/daemon"
 
 	_ "github.com/berthdev/berth/providers/standard"
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build berth: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Wrap(m).Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

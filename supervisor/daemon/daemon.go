@@ -166,7 +166,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	h := api.New(d.Service, d.Token, o.Logger)
 	h.Ready = func(ctx context.Context) error {
-		_, err := d.Store.GetAgent(ctx, "\x00probe")
+		_, err := d.Store.GetAgent(ctx, "-healthz-probe")
 		if errors.Is(err, store.ErrNotFound) {
 			return nil
 		}

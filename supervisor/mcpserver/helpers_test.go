@@ -254,7 +254,7 @@ func connectHTTP(t *testing.T, h *httpServer) *mcp.ClientSession {
 	t.Helper()
 	ctx := testContext(t)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client, MaxRetries: -1}, nil)
+		&mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: h.client}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
