@@ -6,6 +6,7 @@ package fake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,10 +15,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -43,6 +47,9 @@ type Faults struct {
 type Provider struct {
 	dir string
 	log *slog.Logger
+
+	// instant makes machines answer exec at once without running anything.
+	instant bool
 
 	mu       sync.Mutex
 	faults   Faults
@@ -80,6 +87,15 @@ func init() {
 	})
 }
 
+// SetInstantExec makes machines created from now on answer every exec at
+// once with exit code 0 and the command as stdout, running nothing. It
+// isolates the supervisor's own cost in benchmarks.
+func (p *Provider) SetInstantExec(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.instant = on
+}
+
 // SetFaults replaces the scripted faults.
 func (p *Provider) SetFaults(f Faults) {
 	p.mu.Lock()
@@ -108,6 +124,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 			failErr = providers.ErrUnavailable
 		}
 	}
+	instant := p.instant
 	lose := false
 	if failErr == nil && f.LoseCreateReplies > 0 {
 		f.LoseCreateReplies--
@@ -134,7 +151,10 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if err != nil {
 		return providers.Machine{}, err
 	}
-	h := server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake"})
+	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake"})
+	if instant {
+		h = instantExec{next: h, tokenHash: spec.TokenHash}
+	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	m := providers.Machine{ID: id, Endpoint: "http://" + ln.Addr().String(), Labels: spec.Labels()}
@@ -206,6 +226,31 @@ func (p *Provider) Close() {
 	for _, m := range ms {
 		p.Destroy(context.Background(), m.ID)
 	}
+}
+
+// instantExec answers exec requests itself and passes the rest on.
+type instantExec struct {
+	next      http.Handler
+	tokenHash string
+}
+
+func (h instantExec) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/exec" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !token.Check(tok, h.tokenHash) {
+		http.Error(w, `{"error":{"code":"unauthorized","message":"wrong token"}}`, http.StatusUnauthorized)
+		return
+	}
+	var req computerd.ExecRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, `{"error":{"code":"bad_request","message":"bad body"}}`, http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(computerd.ExecResult{Stdout: req.Command, StdoutBytes: int64(len(req.Command))})
 }
 
 var (

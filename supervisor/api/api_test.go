@@ -31,23 +31,38 @@ import (
 const opToken = "operator-token-0123456789"
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *httptest.Server
 	svc   *supervisor.Service
 	fake  *fake.Provider
 	clock *clock.Fake
 	st    store.Store
 	logs  *bytes.Buffer
+	tok   *token.Deriver
 }
 
-func newEnv(t *testing.T) *env {
+// machineToken returns the computerd token of the bench agent's session.
+func (e *env) machineToken() string {
+	x, err := e.st.LiveSession(context.Background(), "bench")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.tok.Derive(token.Computer, x.ComputerID)
+}
+
+func newEnv(t testing.TB) *env {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newEnvWith(t, st)
+}
+
+// newEnvWith is newEnv on a given store.
+func newEnvWith(t testing.TB, st store.Store) *env {
+	t.Helper()
+	dir := t.TempDir()
 	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
 	box, _ := secrets.NewBox(key)
 	tokens, _ := token.NewDeriver([]byte(strings.Repeat("k", 32)))
@@ -71,7 +86,7 @@ func newEnv(t *testing.T) *env {
 			t.Log(logs.String())
 		}
 	})
-	return &env{t: t, srv: srv, svc: svc, fake: fp, clock: clk, st: st, logs: logs}
+	return &env{t: t, srv: srv, svc: svc, fake: fp, clock: clk, st: st, logs: logs, tok: tokens}
 }
 
 // call does a request and decodes the answer into out (when non-nil); it

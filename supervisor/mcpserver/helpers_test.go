@@ -226,21 +226,30 @@ func serveHTTP(t *testing.T, s *Server, token string) *httpServer {
 	}
 	var once sync.Once
 	var serveErr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			serveErr = <-served
+	shutdown := func() {
+		cancel()
+		// A connection that the client dialed but never used holds the
+		// server's shutdown for 5 s: close those as they come.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			tr.CloseIdleConnections()
-		})
+			select {
+			case serveErr = <-served:
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	stop := func() error {
+		once.Do(shutdown)
 		return serveErr
 	}
 	t.Cleanup(func() {
 		first := false
 		once.Do(func() {
 			first = true
-			cancel()
-			serveErr = <-served
-			tr.CloseIdleConnections()
+			shutdown()
 		})
 		if first && serveErr != nil {
 			t.Errorf("Serve: %v", serveErr)

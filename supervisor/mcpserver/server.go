@@ -12,8 +12,6 @@
 package mcpserver
 
 import (
-	"os"
-	"runtime"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -229,9 +227,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, token string) error
 		err = sctx.Err()
 	}
 	if err != nil {
-		buf := make([]byte, 1<<20)
-		n := runtime.Stack(buf, true)
-		os.WriteFile("/tmp/stacks.txt", buf[:n], 0o644)
 		srv.Close()
 		// The sessions close once their calls end.
 		go s.closeSessions()

@@ -16,7 +16,7 @@ import (
 // transaction.
 const (
 	pgMaxOpenConns    = 16
-	pgMaxIdleConns    = 8
+	pgMaxIdleConns    = 16
 	pgConnMaxIdleTime = 5 * time.Minute
 	pgConnMaxLifetime = time.Hour
 )
