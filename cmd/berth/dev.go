@@ -131,13 +131,12 @@ func serve(cmd *cobra.Command, o daemon.Options, dev bool) error {
 			fmt.Fprintf(out, "berth supervisor: listening on %s\n", url)
 			return
 		}
-		fmt.Fprintf(out, "berth dev: ready\n  BERTH_URL=%s\n", url)
+		fmt.Fprintf(out, "berth dev: ready at %s\n  export BERTH_URL=%s\n", url, url)
 		if d.TokenGenerated || os.Getenv("SUPERVISOR_TOKEN") == "" {
-			fmt.Fprintf(out, "  SUPERVISOR_TOKEN=%s\n", d.Token)
+			fmt.Fprintf(out, "  export SUPERVISOR_TOKEN=%s\n", d.Token)
 		} else {
-			fmt.Fprintf(out, "  SUPERVISOR_TOKEN is the one in your environment\n")
+			fmt.Fprintf(out, "  (SUPERVISOR_TOKEN is the one in your environment)\n")
 		}
-		fmt.Fprintf(out, "Try: export BERTH_URL=%s SUPERVISOR_TOKEN=...; berth agent create demo --id demo\n", url)
 	})
 }
 

@@ -127,7 +127,7 @@ func serveMCPHTTP(cmd *cobra.Command, s *mcpserver.Server, agent, addr, token st
 		ln.Close()
 		return usagef("--http %s is not a loopback address: set BERTH_MCP_TOKEN (or --http-token) so that clients must authenticate", addr)
 	}
-	auth := "clients must send Authorization: Bearer $BERTH_MCP_TOKEN"
+	auth := "clients must send the bearer token"
 	if token == "" {
 		auth = "no token: any local user or process can use it"
 	}

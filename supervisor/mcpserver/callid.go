@@ -163,7 +163,10 @@ func (t *taggingTransport) Connect(ctx context.Context) (mcp.Connection, error) 
 }
 
 // taggingConn tags the tools/call messages read from a connection, and
-// counts them as pending until their answers are written.
+// counts them as pending until their answers are written. Wrapping hides
+// the SDK's private session hooks from the connection it wraps; for the
+// stdio transport that only means it does not learn the negotiated protocol
+// version, and so accepts JSON-RPC batches that newer versions forbid.
 type taggingConn struct {
 	mcp.Connection
 	s  *Server

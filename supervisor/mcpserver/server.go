@@ -112,7 +112,8 @@ func (s *Server) Transport(t mcp.Transport) mcp.Transport {
 // Run serves one MCP connection over t until the client disconnects or ctx
 // ends. When ctx ends, Run refuses new tool calls, waits for the running
 // ones to be answered (up to the shutdown timeout) and closes the
-// connection; it returns nil after a clean end.
+// connection; it returns nil after a clean end. The Server refuses tool
+// calls from then on, on every connection.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	ss, err := s.mcp.Connect(ctx, s.Transport(t), nil)
 	if err != nil {
@@ -145,7 +146,9 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 // Handler returns the streamable HTTP endpoint of the tools. When token is
 // set, every request must carry it as "Authorization: Bearer TOKEN".
 // Browsers' cross-origin requests are refused, and so are requests that
-// reach a loopback address under another host name (DNS rebinding).
+// reach a loopback address under another host name (DNS rebinding). A
+// session without requests for an hour is closed; its client starts a new
+// one.
 func (s *Server) Handler(token string) http.Handler {
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger:         s.log,
@@ -176,10 +179,10 @@ func requireBearer(token string, next http.Handler) http.Handler {
 const Path = "/mcp"
 
 // Serve serves the tools over streamable HTTP at Path on ln until ctx ends,
-// then shuts down: it stops accepting connections, waits for running tool
-// calls up to the shutdown timeout, and closes every session. It refuses
-// (ErrNoToken) to serve without a token unless ln listens on a loopback
-// address. Serve closes ln.
+// then shuts down: it stops accepting connections, refuses new tool calls,
+// waits for the running ones to be answered (up to the shutdown timeout),
+// and closes every session. It refuses (ErrNoToken) to serve without a
+// token unless ln listens on a loopback address. Serve closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, token string) error {
 	if token == "" && !loopback(ln.Addr()) {
 		ln.Close()
@@ -226,14 +229,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, token string) error
 	case <-sctx.Done():
 		err = sctx.Err()
 	}
-	if err != nil {
-		srv.Close()
-		// The sessions close once their calls end.
-		go s.closeSessions()
-		err = ErrShutdownTimeout
+	if err == nil {
+		<-closed
+		<-served
+		return nil
 	}
+	srv.Close()
+	// The sessions close once their calls end.
+	go s.closeSessions()
 	<-served
-	return err
+	return ErrShutdownTimeout
 }
 
 // closeSessions closes every session of the server. Each close waits for

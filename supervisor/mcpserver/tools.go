@@ -42,15 +42,18 @@ const (
 const uncertainAdvice = "It may or may not have run, and it will not be re-run automatically. " +
 	"Inspect the computer (files, processes) before running a command that could repeat a side effect."
 
-const instructions = `These tools drive one Linux computer (Debian, user 1000, shell /bin/sh).
+// instructions is what the server tells the model about the tools as a
+// whole.
+var instructions = fmt.Sprintf(`These tools drive one Linux computer.
 Call computer_start first; it reports how many seconds the session has left. Files and processes
 survive between calls until computer_stop or the session's expiry, which discard everything.
-computer_exec runs one shell command for at most 120 s (never past the session's end); its output
+computer_exec runs one shell command for at most %d s (never past the session's end); its output
 is bounded and truncation is marked. Start long jobs in the background with their output redirected
 (nohup cmd >/tmp/job.log 2>&1 &) and poll the log. An exec reported uncertain may or may not have run
 and is never re-run automatically: inspect the computer before repeating anything with side effects.
-computer_read_file reads up to 24,000 characters per call (continue at the offset it gives);
-computer_write_file writes up to 16,000 characters and verifies size and sha256.`
+computer_read_file reads up to %s characters per call (continue at the offset it gives);
+computer_write_file writes up to %s characters and verifies size and sha256.`,
+	MaxExecTimeoutSeconds, thousands(MaxReadChars), thousands(MaxWriteChars))
 
 var (
 	startDescription = "Start this agent's Linux computer, or return the session that is already running. " +
