@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,8 +22,26 @@ type proc struct {
 	cmd    *exec.Cmd
 	url    string
 	token  string
-	logs   *bytes.Buffer
+	logs   *syncBuffer
 	exited chan struct{}
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // runSupervisor starts `berth supervisor` on a free port with data in dir.
@@ -40,7 +58,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &bytes.Buffer{}, exited: make(chan struct{})}
+	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(berthBin, append([]string{"supervisor", "--listen", addr, "--data", dir, "--log-level", "debug"}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"SUPERVISOR_TOKEN="+p.token,
@@ -154,18 +172,14 @@ func deploymentObjects(t *testing.T, dep string) string {
 	return strings.Join(all, "; ")
 }
 
-func deploymentOf(t *testing.T, dir string) string {
-	t.Helper()
-	out, err := exec.Command("sqlite3", filepath.Join(dir, "berth.db"), "SELECT value FROM meta WHERE key='deployment_id'").Output()
-	if err == nil && len(bytes.TrimSpace(out)) > 0 {
-		return strings.TrimSpace(string(out))
+// deployment returns the deployment id the supervisor logged at start.
+func (p *proc) deployment() string {
+	p.t.Helper()
+	_, rest, ok := strings.Cut(p.logs.String(), "deployment=")
+	if !ok {
+		p.t.Fatalf("no deployment id in the log:\n%s", p.logs.String())
 	}
-	// Without the sqlite3 tool: read it from a container's labels.
-	out, err = exec.Command("docker", "ps", "-a", "--filter", "label=dev.berth.managed=true", "--format", `{{.Label "dev.berth.deployment"}}`).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(strings.Split(string(out), "\n")[0])
+	return strings.Fields(rest)[0]
 }
 
 // waitSettled polls until the agent's session is no longer starting.
@@ -227,7 +241,7 @@ func TestCrashDuringCreate(t *testing.T) {
 			if st.Session != nil || st.Budget.ReservedSeconds != 0 || st.Budget.UsedSeconds+st.Budget.LeftSeconds != st.Budget.DailySeconds {
 				t.Fatalf("after settling: session %+v budget %+v", st.Session, st.Budget)
 			}
-			dep := deploymentOf(t, dir)
+			dep := p.deployment()
 			waitGone(t, dep)
 			// A new start works and makes exactly one computer.
 			p.must("POST", "/v1/agents/crash/computer/start", nil, 200, nil)
@@ -301,5 +315,5 @@ func TestCrashDuringExec(t *testing.T) {
 		t.Fatalf("budget after restart: %+v", st.Budget)
 	}
 	p.must("POST", "/v1/agents/crash/computer/stop", nil, 200, nil)
-	waitGone(t, deploymentOf(t, dir))
+	waitGone(t, p.deployment())
 }

@@ -53,7 +53,7 @@ func TestTwoSupervisorsOnePostgres(t *testing.T) {
 			t.Fatalf("agent pg%d: the supervisors answered sessions %q and %q, want one", i, pair[0], pair[1])
 		}
 	}
-	dep := deploymentOf(t, dir)
+	dep := a.deployment()
 	if n := countContainers(t, dep); n != agents {
 		t.Fatalf("%d containers for %d agents", n, agents)
 	}

@@ -24,6 +24,8 @@
 #   BERTH_AGENT_BROWSER_VERSION  agent-browser npm version (default: the one
 #                                pinned, with its integrity, in
 #                                images/headless/agent-browser.pin)
+#   BERTH_BUSYBOX                static busybox for berth/test (default: the
+#                                busybox-static package's /bin/busybox)
 #   BERTH_IMAGES_CACHE           work folder (default ~/.cache/berth/images)
 #   BERTH_IMAGES_FORCE=1         rebuild even when the inputs are unchanged,
 #                                without Docker's layer cache
@@ -31,7 +33,8 @@
 set -euo pipefail
 export LC_ALL=C
 
-readonly ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+readonly ROOT
 readonly IMAGES=$ROOT/images
 readonly SUITE=bookworm
 readonly LABEL=dev.berth.inputs
@@ -50,7 +53,7 @@ die() { printf 'build.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
 	sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
-	exit 2
+	exit "${1:-2}"
 }
 
 cleanup() {
@@ -378,14 +381,17 @@ agent_browser() {
 	local pin=$IMAGES/headless/agent-browser.pin version integrity platform
 	version=$(sed -n 's/^version=//p' "$pin")
 	integrity=$(sed -n 's/^integrity=//p' "$pin")
-	[ -n "$version" ] && [ -n "$integrity" ] || die "$pin needs version= and integrity= lines"
+	if [ -z "$version" ] || [ -z "$integrity" ]; then
+		die "$pin needs version= and integrity= lines"
+	fi
 	if [ -n "${BERTH_AGENT_BROWSER_VERSION:-}" ] && [ "$BERTH_AGENT_BROWSER_VERSION" != "$version" ]; then
 		version=$BERTH_AGENT_BROWSER_VERSION
 		integrity=
 	fi
 	case $ARCH in amd64) platform=linux-x64 ;; arm64) platform=linux-arm64 ;; esac
 
-	local pkg=$CACHE/npm/agent-browser-$version-$platform-$(printf '%s' "$integrity" | sha256 | cut -c1-12)
+	local pkg
+	pkg=$CACHE/npm/agent-browser-$version-$platform-$(printf '%s' "$integrity" | sha256 | cut -c1-12)
 	if [ ! -d "$pkg" ]; then
 		local tmp t=$EPOCHREALTIME
 		tmpdir tmp agent-browser
@@ -450,7 +456,7 @@ main() {
 	local what=${1:-all}
 	case $what in
 	test | headless | all) ;;
-	-h | --help | help) usage ;;
+	-h | --help | help) usage 0 ;;
 	*) usage ;;
 	esac
 	[ "$#" -le 1 ] || usage

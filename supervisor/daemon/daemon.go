@@ -219,7 +219,8 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
-	d.log.Info("supervisor listening", "url", url)
+	dep, _ := d.Service.Deployment(ctx)
+	d.log.Info("supervisor listening", "url", url, "instance", d.Service.Instance(), "deployment", dep)
 	if ready != nil {
 		ready(url)
 	}
