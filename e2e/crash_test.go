@@ -75,6 +75,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 		p.kill()
 		if t.Failed() {
 			t.Logf("supervisor %s log:\n%s", addr, p.logs.String())
+			removeDeployment(p.logs.String())
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
@@ -170,6 +171,29 @@ func deploymentObjects(t *testing.T, dep string) string {
 		}
 	}
 	return strings.Join(all, "; ")
+}
+
+// removeDeployment removes the Docker objects of the deployment named in a
+// supervisor's log, after a failed test left them behind.
+func removeDeployment(log string) {
+	_, rest, ok := strings.Cut(log, "deployment=")
+	if !ok {
+		return
+	}
+	filter := "label=dev.berth.deployment=" + strings.Fields(rest)[0]
+	for _, kind := range []string{"container", "network", "volume"} {
+		out, _ := exec.Command("docker", kind, "ls", "-q", "-a", "--filter", filter).Output()
+		if kind != "container" {
+			out, _ = exec.Command("docker", kind, "ls", "-q", "--filter", filter).Output()
+		}
+		if ids := strings.Fields(string(out)); len(ids) > 0 {
+			args := append([]string{kind, "rm"}, ids...)
+			if kind == "container" {
+				args = append([]string{kind, "rm", "-f", "-v"}, ids...)
+			}
+			exec.Command("docker", args...).Run()
+		}
+	}
 }
 
 // deployment returns the deployment id the supervisor logged at start.
