@@ -415,3 +415,41 @@ func machineOf(x store.Session) providers.Machine {
 	}
 	return m
 }
+
+// DeleteWorkspace disconnects every agent of a workspace, then removes the
+// agents. When a computer's cleanup is still pending it answers 409 and
+// keeps that agent's connection (and so its credentials) until the cleanup
+// is done; a retry finishes the job. Usage already recorded stays.
+func (s *Service) DeleteWorkspace(ctx context.Context, workspace string) (int, error) {
+	agents, err := s.st.AgentsIn(ctx, workspace)
+	if err != nil {
+		return 0, err
+	}
+	if len(agents) == 0 {
+		return 0, errorf(http.StatusNotFound, CodeNotFound, "workspace %q has no agents", workspace)
+	}
+	var pending []string
+	for _, a := range agents {
+		if err := s.Disconnect(ctx, a.ID); err != nil {
+			var e *Error
+			if errors.As(err, &e) && e.Status == http.StatusNotFound {
+				// No connection: nothing to clean up.
+			} else if errors.As(err, &e) && e.Status == http.StatusConflict {
+				pending = append(pending, a.ID)
+				continue
+			} else {
+				return 0, err
+			}
+		}
+	}
+	if len(pending) > 0 {
+		return 0, errorf(http.StatusConflict, CodeConflict, "workspace %q: the computers of %s are still being cleaned up; their credentials stay until then; retry later", workspace, strings.Join(pending, ", "))
+	}
+	for _, a := range agents {
+		if err := s.st.DeleteAgent(ctx, a.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, err
+		}
+	}
+	s.log.Info("workspace deleted", "workspace", workspace, "agents", len(agents))
+	return len(agents), nil
+}

@@ -52,6 +52,7 @@ func (h *Handler) routes() {
 	h.toolRoutes()
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
 	m.Handle("GET /v1/usage", h.auth(h.usage))
+	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
@@ -266,6 +267,12 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) (any, int, err
 	}
 	v, err := h.svc.ConfirmCleanup(r.Context(), r.PathValue("agent"), req)
 	return v, http.StatusOK, err
+}
+
+func (h *Handler) deleteWorkspace(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	ws := r.PathValue("workspace")
+	n, err := h.svc.DeleteWorkspace(r.Context(), ws)
+	return map[string]any{"workspace": ws, "deletedAgents": n}, http.StatusOK, err
 }
 
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request) (any, int, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -163,4 +164,34 @@ func earliest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// TestDeleteWorkspaceWaitsForCleanup deletes a workspace whose computer's
+// cleanup keeps failing: the delete is refused and the credentials stay
+// until the cleanup is done, then a retry removes the agents.
+func TestDeleteWorkspaceWaitsForCleanup(t *testing.T) {
+	e := newEnv(t)
+	e.connect("w1", 300, 3600) // workspace ws-w1
+	e.mustCall("POST", "/v1/agents/w1/computer/start", nil, 200, nil)
+	e.fake.SetFaults(fake.Faults{FailDestroys: 3})
+	if st, code := e.call("DELETE", "/v1/workspaces/ws-w1", nil, nil); st != 409 || code != "conflict" {
+		t.Fatalf("delete with pending cleanup: %d %s", st, code)
+	}
+	if _, err := e.st.GetConnection(context.Background(), "w1"); err != nil {
+		t.Fatalf("credentials removed before the cleanup: %v", err)
+	}
+	for range 3 {
+		e.clock.Advance(10 * time.Minute)
+		e.svc.Reap(context.Background())
+	}
+	if ms, _ := e.fake.List(context.Background()); len(ms) != 0 {
+		t.Fatalf("machine left: %v", ms)
+	}
+	e.mustCall("DELETE", "/v1/workspaces/ws-w1", nil, 200, nil)
+	if _, err := e.st.GetAgent(context.Background(), "w1"); err == nil {
+		t.Fatal("agent kept after the workspace was deleted")
+	}
+	if st, _ := e.call("DELETE", "/v1/workspaces/ws-w1", nil, nil); st != 404 {
+		t.Fatalf("second delete: %d", st)
+	}
 }

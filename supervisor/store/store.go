@@ -112,6 +112,10 @@ type UsageRow struct {
 type Store interface {
 	CreateAgent(ctx context.Context, a Agent) error
 	GetAgent(ctx context.Context, id string) (Agent, error)
+	// AgentsIn lists the agents of a workspace.
+	AgentsIn(ctx context.Context, workspace string) ([]Agent, error)
+	// DeleteAgent removes an agent that has no connection left.
+	DeleteAgent(ctx context.Context, id string) error
 
 	// CreateConnection fails with ErrConflict when the agent has one.
 	CreateConnection(ctx context.Context, c Connection) error

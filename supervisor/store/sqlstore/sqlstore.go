@@ -177,6 +177,38 @@ func (s *Store) GetAgent(ctx context.Context, id string) (store.Agent, error) {
 	return a, err
 }
 
+// AgentsIn implements store.Store.
+func (s *Store) AgentsIn(ctx context.Context, workspace string) ([]store.Agent, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, name, workspace, created_at FROM agents WHERE workspace = ? ORDER BY id`), workspace)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Agent
+	for rows.Next() {
+		var a store.Agent
+		var created int64
+		if err := rows.Scan(&a.ID, &a.Name, &a.Workspace, &created); err != nil {
+			return nil, err
+		}
+		a.CreatedAt = fromMS(created)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// DeleteAgent implements store.Store.
+func (s *Store) DeleteAgent(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM agents WHERE id = ?`), id)
+	if err != nil {
+		return fmt.Errorf("delete agent %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("agent %s: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
 // CreateConnection implements store.Store.
 func (s *Store) CreateConnection(ctx context.Context, c store.Connection) error {
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO connections

@@ -27,6 +27,24 @@ func testAgents(t *testing.T, s store.Store) {
 	}
 	_, err = s.GetAgent(ctx, "nobody")
 	wantErr(t, err, store.ErrNotFound, "unknown agent")
+
+	if err := s.CreateAgent(ctx, store.Agent{ID: "a2", Name: "Agent Two", Workspace: "research", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateAgent(ctx, store.Agent{ID: "b1", Name: "Elsewhere", Workspace: "ops", CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := s.AgentsIn(ctx, "research")
+	if err != nil || len(in) != 2 || in[0].ID != "a1" || in[1].ID != "a2" {
+		t.Errorf("AgentsIn(research) = %+v, %v; want a1, a2", in, err)
+	}
+	if err := s.DeleteAgent(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, s.DeleteAgent(ctx, "a2"), store.ErrNotFound, "deleting a deleted agent")
+	if in, _ := s.AgentsIn(ctx, "research"); len(in) != 1 {
+		t.Errorf("AgentsIn after delete = %+v", in)
+	}
 }
 
 func testConnections(t *testing.T, s store.Store) {

@@ -171,6 +171,16 @@ func testClaimSession(t *testing.T, s store.Store) {
 	if err != nil || ok {
 		t.Errorf("claim of an unknown session: %v, %v", ok, err)
 	}
+	// Taking over from a dead owner works only from the current owner.
+	if ok, err := s.TakeSession(ctx, "s1", "sup-a", "sup-c", at(90*time.Second)); err != nil || ok {
+		t.Errorf("take over from a former owner: %v, %v", ok, err)
+	}
+	if ok, err := s.TakeSession(ctx, "s1", "sup-b", "sup-c", at(90*time.Second)); err != nil || !ok {
+		t.Errorf("take over from the owner: %v, %v", ok, err)
+	}
+	if x, _ := s.GetSession(ctx, "s1"); x.Owner != "sup-c" || !x.ClaimUntil.Equal(at(90*time.Second)) {
+		t.Errorf("after take over: %s until %s", x.Owner, x.ClaimUntil)
+	}
 
 	// Concurrent claims of a free session: exactly one owner wins.
 	connect(t, s, "a2", "default", "docker", 300, 1000)
