@@ -111,7 +111,11 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	for _, id := range ids {
 		p, err := providers.New(id, providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id)})
 		if err != nil {
-			return nil, err
+			setting := "PROVIDERS"
+			if id == o.DefaultProvider {
+				setting = "DEFAULT_PROVIDER"
+			}
+			return nil, fmt.Errorf("%s names %q, which cannot be configured: %w", setting, id, err)
 		}
 		d.Providers[id] = p
 	}
