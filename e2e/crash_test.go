@@ -64,6 +64,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 		"SUPERVISOR_TOKEN="+p.token,
 		"COMPUTER_IMAGE_HEADLESS=berth/test:latest",
 		"COMPUTER_MEMORY_MB=256",
+		"EGRESS_LISTEN=:0",
 	)
 	p.cmd.Env = append(p.cmd.Env, extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

@@ -79,9 +79,16 @@ type super struct {
 // computers made from image.
 func startSupervisor(t testing.TB, image string) *super {
 	t.Helper()
+	return startSupervisorEgress(t, image, daemon.EgressOptions{Listen: ":0"})
+}
+
+// startSupervisorEgress is startSupervisor with egress proxy options.
+func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions) *super {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512"}
 	d, err := daemon.New(ctx, daemon.Options{
+		Egress:  eg,
 		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
 		Getenv: func(k string) string { return env[k] },
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),

@@ -75,7 +75,7 @@ func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) 
 		ComputerID: x.ComputerID, SessionID: x.ID, AttemptID: x.AttemptID, AgentID: agent, Image: x.Image,
 		Deployment:  dep,
 		TokenHash:   token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
-		Env:         s.cfg.ComputerEnv,
+		Env:         s.computerEnv(x.ComputerID),
 		Lease:       time.Duration(x.ReservedSeconds) * time.Second,
 		Credentials: creds,
 	}

@@ -7,12 +7,14 @@ package supervisor
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -61,6 +63,11 @@ type Config struct {
 	HTTPClient *http.Client
 	// ComputerEnv is added to every computer's environment.
 	ComputerEnv map[string]string
+	// EgressAddr is the egress proxy's address as computers reach it
+	// (host:port). When set, each computer gets HTTP_PROXY and HTTPS_PROXY
+	// (and their lower-case forms) with its own credentials, and an empty
+	// NO_PROXY.
+	EgressAddr string
 	// ReadyTimeout bounds the wait for a new computer's daemon (default 60 s).
 	ReadyTimeout time.Duration
 	// InstanceID names this supervisor process among those sharing the
@@ -267,6 +274,30 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 }
 
 func credentialsAD(agent string) string { return "connection/" + agent }
+
+// computerEnv is the environment of a new computer: the configured
+// variables, then the egress proxy with the computer's own credentials.
+func (s *Service) computerEnv(computerID string) map[string]string {
+	env := make(map[string]string, len(s.cfg.ComputerEnv)+5)
+	for k, v := range s.cfg.ComputerEnv {
+		env[k] = v
+	}
+	if s.cfg.EgressAddr != "" {
+		u := (&url.URL{Scheme: "http", User: url.UserPassword(computerID, s.cfg.Tokens.Derive(token.Egress, computerID)), Host: s.cfg.EgressAddr}).String()
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			env[k] = u
+		}
+		env["NO_PROXY"], env["no_proxy"] = "", ""
+	}
+	return env
+}
+
+// EgressAuth checks egress proxy credentials: the user is a computer id and
+// the password that computer's egress token.
+func (s *Service) EgressAuth(user, pass string) (string, bool) {
+	want := s.cfg.Tokens.Derive(token.Egress, user)
+	return user, user != "" && subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
+}
 
 func (s *Service) providerIDs() []string {
 	ids := make([]string, 0, len(s.cfg.Providers))

@@ -14,6 +14,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	_ "github.com/berthdev/berth/providers/standard"
 	"github.com/berthdev/berth/supervisor/daemon"
+	"github.com/berthdev/berth/supervisor/egress"
 )
 
 func init() {
@@ -51,7 +52,16 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	if len(ids) > 0 && !contains(ids, def) {
 		ids = append(ids, def)
 	}
+	blocked, err := egress.ParseBlockedCIDRs(os.Getenv("EGRESS_BLOCKED_CIDRS"))
+	if err != nil {
+		return daemon.Options{}, err
+	}
+	abuse := os.Getenv("EGRESS_ABUSE")
+	if abuse != "" && abuse != "on" && abuse != "off" {
+		return daemon.Options{}, fmt.Errorf("EGRESS_ABUSE=%q: want on or off", abuse)
+	}
 	return daemon.Options{
+		Egress: daemon.EgressOptions{Listen: os.Getenv("EGRESS_LISTEN"), BlockedCIDRs: blocked, Abuse: abuse == "on"},
 		Listen: f.listen, DataDir: f.data, Store: f.store,
 		Token:               os.Getenv("SUPERVISOR_TOKEN"),
 		ComputerTokenSecret: os.Getenv("COMPUTER_TOKEN_SECRET"),

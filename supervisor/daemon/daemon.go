@@ -6,20 +6,25 @@ package daemon
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/egress"
 	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
@@ -53,6 +58,25 @@ type Options struct {
 	// ReapInterval is how often expired sessions and cleanups are handled
 	// (default 1 s).
 	ReapInterval time.Duration
+
+	// Egress configures the egress proxy, the only way out of a Docker
+	// computer.
+	Egress EgressOptions
+}
+
+// EgressOptions configure the egress proxy.
+type EgressOptions struct {
+	// Listen is EGRESS_LISTEN: "off", HOST:PORT, or :PORT for the docker0
+	// bridge's address (reachable from computers through their gateway, not
+	// from other hosts); empty means :3128.
+	Listen string
+	// BlockedCIDRs is EGRESS_BLOCKED_CIDRS, parsed.
+	BlockedCIDRs []netip.Prefix
+	// Abuse is EGRESS_ABUSE=on.
+	Abuse bool
+	// Resolver and Dialer default to the system's; tests replace them.
+	Resolver egress.Resolver
+	Dialer   egress.Dialer
 }
 
 // Daemon is an assembled supervisor.
@@ -65,8 +89,13 @@ type Daemon struct {
 	// TokenGenerated is set when Token was made (and saved) by New.
 	TokenGenerated bool
 
-	opts Options
-	log  *slog.Logger
+	// Egress is the egress proxy, nil when it is off.
+	Egress *egress.Proxy
+
+	opts     Options
+	log      *slog.Logger
+	egressLn net.Listener
+	guarded  int // the port opened in the host firewall, 0 if none
 }
 
 // New assembles a supervisor without starting it.
@@ -124,7 +153,13 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if d.Store, err = openStore(ctx, o); err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*Daemon, error) { d.Store.Close(); return nil, err }
+	fail := func(err error) (*Daemon, error) {
+		if d.egressLn != nil {
+			d.egressLn.Close()
+		}
+		d.Store.Close()
+		return nil, err
+	}
 
 	keyFile := o.KeyFile
 	if keyFile == "" {
@@ -161,12 +196,40 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(errors.New("SUPERVISOR_TOKEN: must be at least 16 characters"))
 	}
 
+	egressAddr, err := d.listenEgress(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	d.Service, err = supervisor.New(supervisor.Config{
 		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
-		Box: box, Tokens: tokens, Logger: o.Logger,
+		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr,
 	})
 	if err != nil {
 		return fail(err)
+	}
+	if d.egressLn != nil {
+		resolver, dialer := o.Egress.Resolver, o.Egress.Dialer
+		if resolver == nil {
+			resolver = net.DefaultResolver
+		}
+		if dialer == nil {
+			dialer = &net.Dialer{}
+		}
+		d.Egress, err = egress.New(egress.Config{
+			Authenticate: d.Service.EgressAuth,
+			Resolver:     resolver,
+			Dialer:       dialer,
+			BlockedCIDRs: o.Egress.BlockedCIDRs,
+			Abuse:        o.Egress.Abuse,
+			Logger:       o.Logger.With("component", "egress"),
+			OnEvent: func(ev egress.Event) {
+				o.Logger.Warn("egress refused", "event", ev.Type, "computer", ev.ComputerID, "host", ev.Host, "port", ev.Port, "verdict", ev.Verdict)
+			},
+		})
+		if err != nil {
+			d.egressLn.Close()
+			return fail(err)
+		}
 	}
 	h := api.New(d.Service, d.Token, o.Logger)
 	h.Ready = func(ctx context.Context) error {
@@ -176,8 +239,93 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		}
 		return err
 	}
-	d.Handler = h
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("GET /metrics", d.metrics)
+	d.Handler = mux
 	return d, nil
+}
+
+// listenEgress opens the egress proxy's listener and, with the docker
+// provider, closes every other way from a computer to the host. It returns
+// the address computers use, or "" when egress is off.
+func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
+	o := d.opts.Egress
+	if o.Listen == "off" {
+		d.log.Warn("egress proxy off: Docker computers have no way out")
+		return "", nil
+	}
+	addr := o.Listen
+	if addr == "" {
+		addr = ":3128"
+	}
+	if host, port, err := net.SplitHostPort(addr); err != nil {
+		return "", fmt.Errorf("EGRESS_LISTEN=%q: want HOST:PORT, :PORT or off", addr)
+	} else if host == "" {
+		ip, err := interfaceIPv4("docker0")
+		if err != nil {
+			return "", fmt.Errorf("EGRESS_LISTEN: no docker0 address to listen on (%v); set EGRESS_LISTEN=HOST:PORT or off", err)
+		}
+		addr = net.JoinHostPort(ip.String(), port)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("EGRESS_LISTEN %s: %w", addr, err)
+	}
+	d.egressLn = ln
+	port := ln.Addr().(*net.TCPAddr).Port
+	if _, ok := d.Providers["docker"]; ok {
+		if err := docker.GuardHost(ctx, port); err != nil {
+			d.log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
+		} else {
+			d.guarded = port
+		}
+	}
+	return ln.Addr().String(), nil
+}
+
+func interfaceIPv4(name string) (netip.Addr, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+}
+
+// metrics serves the counters in the Prometheus text format; it needs the
+// operator token like the API.
+func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if subtle.ConstantTimeCompare([]byte(got), []byte(d.Token)) != 1 {
+		http.Error(w, "missing or wrong bearer token", http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	if d.Egress == nil {
+		return
+	}
+	st := d.Egress.Stats()
+	fmt.Fprintln(w, "# HELP berth_egress_connections_total Egress proxy connections by verdict.")
+	fmt.Fprintln(w, "# TYPE berth_egress_connections_total counter")
+	verdicts := make([]string, 0, len(st.Verdicts))
+	for v := range st.Verdicts {
+		verdicts = append(verdicts, string(v))
+	}
+	sort.Strings(verdicts)
+	for _, v := range verdicts {
+		fmt.Fprintf(w, "berth_egress_connections_total{verdict=%q} %d\n", v, st.Verdicts[egress.Verdict(v)])
+	}
+	fmt.Fprintf(w, "# TYPE berth_egress_active gauge\nberth_egress_active %d\n", st.Active)
+	fmt.Fprintf(w, "# TYPE berth_egress_bytes_total counter\nberth_egress_bytes_total{direction=\"up\"} %d\nberth_egress_bytes_total{direction=\"down\"} %d\n", st.BytesUp, st.BytesDown)
 }
 
 func openStore(ctx context.Context, o Options) (store.Store, error) {
@@ -220,6 +368,18 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		defer close(reaped)
 		d.Service.RunReaper(reapCtx, d.opts.ReapInterval)
 	}()
+	egressDone := make(chan struct{})
+	if d.Egress != nil {
+		go func() {
+			defer close(egressDone)
+			if err := d.Egress.Serve(reapCtx, d.egressLn); err != nil {
+				d.log.Warn("egress proxy stopped", "err", err)
+			}
+		}()
+		d.log.Info("egress proxy listening", "addr", d.egressLn.Addr().String())
+	} else {
+		close(egressDone)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
@@ -232,6 +392,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	case err := <-errc:
 		stopReaper()
 		<-reaped
+		<-egressDone
 		return err
 	case <-ctx.Done():
 	}
@@ -241,11 +402,33 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	err := srv.Shutdown(sctx)
 	stopReaper()
 	<-reaped
+	<-egressDone
 	if errors.Is(err, context.DeadlineExceeded) {
 		srv.Close()
 	}
 	return nil
 }
 
-// Close releases the store.
-func (d *Daemon) Close() error { return d.Store.Close() }
+// Close releases the store, the egress listener and the firewall opening.
+func (d *Daemon) Close() error {
+	if d.egressLn != nil {
+		d.egressLn.Close()
+	}
+	if d.guarded != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := docker.UnguardPort(ctx, d.guarded); err != nil {
+			d.log.Warn("close the egress port in the host firewall", "err", err)
+		}
+	}
+	return d.Store.Close()
+}
+
+// EgressAddr returns the egress proxy's address as computers reach it, or
+// "" when it is off.
+func (d *Daemon) EgressAddr() string {
+	if d.egressLn == nil {
+		return ""
+	}
+	return d.egressLn.Addr().String()
+}

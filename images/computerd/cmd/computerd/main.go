@@ -29,6 +29,9 @@ var version = "dev"
 const shutdownGrace = 30 * time.Second
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "fetch" {
+		os.Exit(fetch(os.Args[2:]))
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
 		log.Error("computerd stopped", "err", err)

@@ -1,0 +1,220 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A direction of a tunnel reads into a small buffer of its own while it is
+// quiet, and borrows a large one from the pool while bytes stream, so that
+// an idle tunnel holds little memory.
+const (
+	smallBufferSize = 4 << 10
+	largeBufferSize = 128 << 10
+)
+
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, largeBufferSize)
+	return &b
+}}
+
+var errStratum = errors.New("stratum login in the first bytes of the tunnel")
+
+// tunnel answers a CONNECT: it dials the checked address target, takes
+// over the client's connection, and moves bytes both ways until both sides
+// are done, the tunnel has been idle for IdleTimeout, or r's context ends.
+// A side that ends cleanly half-closes the other, so that each direction
+// finishes on its own.
+func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, rec *record, target netip.AddrPort) {
+	up, err := p.dial(r.Context(), target)
+	if err != nil {
+		rec.err = err
+		p.refuse(w, r, rec, VerdictUpstreamFailure)
+		return
+	}
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		rec.err = fmt.Errorf("take over client connection: %w", err)
+		p.refuse(w, r, rec, VerdictBadRequest)
+		return
+	}
+	rec.verdict = VerdictAllowed
+	// Bytes the client sent right after its request are already buffered.
+	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	early = append([]byte(nil), early...)
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		client.Close()
+		up.Close()
+		rec.err = err
+		return
+	}
+	t := &tunnel{p: p, rec: rec, client: client, up: up}
+	if p.cfg.Abuse {
+		t.sniff = &stratumSniffer{}
+	}
+	t.run(r.Context(), early)
+}
+
+// tunnel is one open CONNECT tunnel.
+type tunnel struct {
+	p          *Proxy
+	rec        *record
+	client, up net.Conn
+	sniff      *stratumSniffer // nil unless abuse checks are on
+	last       atomic.Int64    // clock time of the last byte either way, in ns
+	endOnce    sync.Once
+}
+
+func (t *tunnel) run(ctx context.Context, early []byte) {
+	t.touch()
+	wake := t.p.clock.After(t.p.cfg.IdleTimeout)
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t.watch(ctx, done, wake)
+	}()
+	downErr := make(chan error, 1)
+	go func() {
+		err := t.pipe(t.client, t.up, t.rec.addDown, nil)
+		t.finishDirection(t.client, err)
+		downErr <- err
+	}()
+
+	err := t.pipeUp(early)
+	if errors.Is(err, errStratum) {
+		t.rec.verdict = VerdictAbuseMining
+		t.end("stratum login")
+		t.p.report(t.rec)
+	}
+	t.finishDirection(t.up, err)
+	derr := <-downErr
+	close(done)
+	<-watched
+	t.end("")
+	if t.rec.err == nil {
+		t.rec.err = firstReal(err, derr)
+	}
+}
+
+// pipeUp moves the client's bytes upstream, early ones first, looking at
+// the first of them for a stratum login when abuse checks are on.
+func (t *tunnel) pipeUp(early []byte) error {
+	if len(early) > 0 {
+		t.touch()
+		if t.sniff != nil && t.sniff.feed(early) {
+			return errStratum
+		}
+		n, err := t.up.Write(early)
+		t.rec.addUp(n)
+		if err != nil {
+			return err
+		}
+	}
+	return t.pipe(t.up, t.client, t.rec.addUp, t.sniff)
+}
+
+// pipe copies src to dst until src ends. It returns nil at a clean end.
+func (t *tunnel) pipe(dst net.Conn, src io.Reader, add func(int), sniff *stratumSniffer) error {
+	small := make([]byte, smallBufferSize)
+	buf := small
+	var large *[]byte
+	defer func() {
+		if large != nil {
+			bufPool.Put(large)
+		}
+	}()
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			t.touch()
+			if sniff != nil && sniff.feed(buf[:n]) {
+				return errStratum
+			}
+			wn, werr := dst.Write(buf[:n])
+			add(wn)
+			if werr != nil {
+				return werr
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+		switch {
+		case large == nil && n == len(buf):
+			large = bufPool.Get().(*[]byte)
+			buf = *large
+		case large != nil && n < smallBufferSize:
+			bufPool.Put(large)
+			large, buf = nil, small
+		}
+	}
+}
+
+// finishDirection ends the direction that writes to dst: with a
+// half-close after a clean end, or by closing the tunnel after an error.
+func (t *tunnel) finishDirection(dst net.Conn, err error) {
+	if err == nil {
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			return
+		}
+	}
+	t.end("")
+}
+
+// touch notes that a byte moved.
+func (t *tunnel) touch() { t.last.Store(t.p.clock.Now().UnixNano()) }
+
+// watch closes the tunnel when it has been idle for IdleTimeout or ctx
+// ends, until done is closed.
+func (t *tunnel) watch(ctx context.Context, done <-chan struct{}, wake <-chan time.Time) {
+	idle := t.p.cfg.IdleTimeout
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			t.end("shutdown")
+			return
+		case <-wake:
+		}
+		quiet := t.p.clock.Now().Sub(time.Unix(0, t.last.Load()))
+		if quiet >= idle {
+			t.end("idle")
+			return
+		}
+		wake = t.p.clock.After(idle - quiet)
+	}
+}
+
+// end closes both sides once, noting why when the proxy ended the tunnel.
+func (t *tunnel) end(why string) {
+	t.endOnce.Do(func() {
+		t.rec.closed = why
+		t.client.Close()
+		t.up.Close()
+	})
+}
+
+// firstReal returns the first error that is not the result of the proxy
+// closing the tunnel itself.
+func firstReal(errs ...error) error {
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errStratum) {
+			return err
+		}
+	}
+	return nil
+}
