@@ -99,6 +99,24 @@ func TestEgress(t *testing.T) {
 		t.Errorf("wrong credentials: %+v", x)
 	}
 	gw, _, _ := net.SplitHostPort(s.d.EgressAddr())
+	// Through the proxy: the host's docker0 address, the computer's own
+	// gateway, the supervisor's port and the host service are refused too.
+	_, supPort, _ := net.SplitHostPort(strings.TrimPrefix(s.url, "http://"))
+	for _, target := range []string{
+		fmt.Sprintf("http://%s:%d/", gw, hostSvc.Addr().(*net.TCPAddr).Port),
+		"http://" + net.JoinHostPort(gw, supPort) + "/healthz",
+		fmt.Sprintf("http://%s/", gatewayOf(t, s, "eg")),
+	} {
+		x := s.exec("eg", "computerd fetch -timeout 5s "+target)
+		if x.ExitCode != 1 || !strings.Contains(x.Stdout, "blocked-address") {
+			t.Errorf("%s through the proxy: want blocked-address, got %+v", target, x)
+		}
+	}
+	// No name service inside.
+	x = s.exec("eg", "nslookup upstream.test 2>&1; echo rc=$?")
+	if strings.Contains(x.Stdout, "rc=0") {
+		t.Errorf("a name lookup worked inside the computer: %q", x.Stdout)
+	}
 	port := hostSvc.Addr().(*net.TCPAddr).Port
 	x = s.exec("eg", fmt.Sprintf("computerd fetch -direct -timeout 3s http://%s:%d/", gw, port))
 	if x.ExitCode == 0 || strings.Contains(x.Stdout, "host service") {
@@ -120,4 +138,16 @@ func TestEgress(t *testing.T) {
 	if !strings.Contains(string(body), `berth_egress_connections_total{verdict="blocked-address"}`) {
 		t.Errorf("metrics lack the refusals:\n%s", body)
 	}
+}
+
+// gatewayOf reads the computer's default gateway from its routing table.
+func gatewayOf(t *testing.T, s *super, agent string) string {
+	t.Helper()
+	x := s.exec(agent, `awk '$2 == "00000000" {print $3}' /proc/net/route`)
+	hex := strings.TrimSpace(x.Stdout)
+	var b [4]byte
+	if _, err := fmt.Sscanf(hex, "%02X%02X%02X%02X", &b[3], &b[2], &b[1], &b[0]); err != nil {
+		t.Fatalf("gateway %q: %v", hex, err)
+	}
+	return netip.AddrFrom4(b).String()
 }

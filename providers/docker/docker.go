@@ -296,6 +296,11 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 			Tmpfs: map[string]string{
 				"/tmp": "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(d.opts.TmpMB, 10) + "m",
 			},
+			// No name service: the engine's embedded resolver would forward
+			// lookups to the host's servers. Pointed at the computer's own
+			// loopback, where nothing answers, every lookup fails; names are
+			// resolved by the egress proxy.
+			DNS:         []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})},
 			CapDrop:     []string{"ALL"},
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,
