@@ -33,7 +33,7 @@ test-short: ## run the tests that need no Docker engine
 
 BENCHTIME ?= 20x
 bench: docker images ## run the benchmarks; each row has our figure, its baseline from the same run, and their ratio
-	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./e2e/ ./providers/docker/ ./supervisor/api/ ./supervisor/store/... 2>&1 \
+	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./e2e/ ./providers/docker/ ./supervisor/api/ ./supervisor/store/... ./supervisor/egress/ 2>&1 \
 		| tee /tmp/berth-bench.txt | awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2) printf "  %s %s", $$i, $$(i+1); print "" } /^(ok|FAIL|---)/'
 
 lint: ## vet and check formatting
