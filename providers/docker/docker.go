@@ -69,6 +69,7 @@ type Docker struct {
 	opts Options
 	cli  *client.Client
 	log  *slog.Logger
+	pool *netPool // nil when networks are made at start
 }
 
 // New returns a provider for the engine at opts.Host. It does not contact
@@ -82,18 +83,30 @@ func New(opts Options) (*Docker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s=%q: %w", SettingSocket, opts.Host, err)
 	}
-	return &Docker{
+	d := &Docker{
 		opts: opts,
 		cli:  cli,
 		log:  opts.Logger.With("component", "docker"),
-	}, nil
+	}
+	if opts.NetworkPool > 0 {
+		d.pool = newNetPool(d, opts.NetworkPool)
+	}
+	return d, nil
 }
 
 // Options returns the provider's settings, defaults filled in.
 func (d *Docker) Options() Options { return d.opts }
 
-// Close releases the provider's connections to the engine.
-func (d *Docker) Close() error { return d.cli.Close() }
+// Close removes the networks waiting in the pool and releases the
+// provider's connections to the engine.
+func (d *Docker) Close() error {
+	if d.pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		d.pool.close(ctx)
+		cancel()
+	}
+	return d.cli.Close()
+}
 
 // names are what the provider calls a computer's resources.
 type names struct{ container, network, volume string }
@@ -149,6 +162,9 @@ func (d *Docker) Create(ctx context.Context, spec providers.Spec) (providers.Mac
 }
 
 func (d *Docker) create(ctx context.Context, spec providers.Spec, image string) (providers.Machine, error) {
+	if d.pool != nil {
+		return d.createJoined(ctx, spec, image)
+	}
 	labels := spec.Labels()
 	n := namesOf(spec.ComputerID)
 
@@ -186,6 +202,36 @@ func (d *Docker) create(ctx context.Context, spec providers.Spec, image string) 
 		return providers.Machine{}, err
 	}
 	return providers.Machine{ID: n.container, Endpoint: endpoint(ip), Labels: labels}, nil
+}
+
+// createJoined starts a computer in a network made ahead of time: it binds
+// a holder (see netpool.go) while it makes the volume, then starts the
+// container in the holder's network namespace.
+func (d *Docker) createJoined(ctx context.Context, spec providers.Spec, image string) (providers.Machine, error) {
+	labels := spec.Labels()
+	n := namesOf(spec.ComputerID)
+	var (
+		wg                   sync.WaitGroup
+		h                    holder
+		hErr, volErr, imgErr error
+	)
+	wg.Go(func() { h, hErr = d.bindHolder(ctx, spec.ComputerID) })
+	wg.Go(func() { volErr = d.createVolume(ctx, n.volume, labels) })
+	wg.Go(func() { imgErr = d.checkImage(ctx, image, spec.Image) })
+	wg.Wait()
+	if err := joinErrors(imgErr, hErr, volErr); err != nil {
+		return providers.Machine{}, err
+	}
+	err := d.createContainer(ctx, spec, image, labels, n, "container:"+h.id)
+	if err == nil {
+		if _, err = d.cli.ContainerStart(ctx, n.container, client.ContainerStartOptions{}); err != nil {
+			err = fmt.Errorf("start container %s: %w", n.container, d.engineErr(err))
+		}
+	}
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	return providers.Machine{ID: n.container, Endpoint: endpoint(h.ip), Labels: labels}, nil
 }
 
 // image returns the image reference for an image kind.
@@ -282,6 +328,14 @@ func (d *Docker) join(ctx context.Context, netID string) error {
 func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image string, labels map[string]string, n names, netID string) error {
 	memory := d.opts.MemoryMB << 20
 	pids := d.opts.Pids
+	// No name service: the engine's embedded resolver would forward lookups
+	// to the host's servers. Pointed at the computer's own loopback, where
+	// nothing answers, every lookup fails; names are resolved by the egress
+	// proxy. A computer in a holder's namespace has the holder's setting.
+	var dns []netip.Addr
+	if !strings.HasPrefix(netID, "container:") {
+		dns = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
+	}
 	_, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: n.container,
 		Config: &container.Config{
@@ -296,11 +350,7 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 			Tmpfs: map[string]string{
 				"/tmp": "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(d.opts.TmpMB, 10) + "m",
 			},
-			// No name service: the engine's embedded resolver would forward
-			// lookups to the host's servers. Pointed at the computer's own
-			// loopback, where nothing answers, every lookup fails; names are
-			// resolved by the egress proxy.
-			DNS:         []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})},
+			DNS:         dns,
 			CapDrop:     []string{"ALL"},
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,
@@ -380,6 +430,9 @@ func (d *Docker) cleanup(ctx context.Context, computerID, attemptID string) {
 	if err := d.removeResources(ctx, computerID, attemptID); err != nil {
 		d.log.Warn("cleanup after failed create", "computer", computerID, "attempt", attemptID, "err", err)
 	}
+	if err := d.removeHolder(ctx, HolderPrefix+computerID); err != nil {
+		d.log.Warn("cleanup after failed create", "computer", computerID, "attempt", attemptID, "err", err)
+	}
 }
 
 // Destroy removes the computer's container, network and volume. machineID is
@@ -397,6 +450,9 @@ func (d *Docker) Destroy(ctx context.Context, machineID string) error {
 		return nil // neither the container nor a name to find the rest by
 	}
 	if err := d.removeResources(ctx, id, ""); err != nil {
+		return fmt.Errorf("destroy computer %s: %w", machineID, err)
+	}
+	if err := d.removeHolder(ctx, HolderPrefix+id); err != nil {
 		return fmt.Errorf("destroy computer %s: %w", machineID, err)
 	}
 	d.log.Info("computer destroyed", "computer", id, "machine", machineID)
@@ -549,7 +605,27 @@ func (d *Docker) List(ctx context.Context) ([]providers.Machine, error) {
 	wg.Go(func() { cs, cErr = d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f}) })
 	wg.Go(func() { ns, nErr = d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f}) })
 	wg.Go(func() { vs, vErr = d.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f}) })
+	var hs client.ContainerListResult
+	var hErr error
+	wg.Go(func() {
+		hs, hErr = d.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", labelHolder+"=true")})
+	})
 	wg.Wait()
+	if hErr != nil {
+		return nil, fmt.Errorf("list computers: %w", d.engineErr(hErr))
+	}
+	holderIP := map[string]netip.Addr{}
+	for _, c := range hs.Items {
+		if len(c.Names) == 0 || c.NetworkSettings == nil {
+			continue
+		}
+		for _, ep := range c.NetworkSettings.Networks {
+			if ep != nil && ep.IPAddress.IsValid() {
+				holderIP[strings.TrimPrefix(c.Names[0], "/")] = ep.IPAddress
+			}
+		}
+	}
 	if err := joinErrors(d.engineErr(cErr), d.engineErr(nErr), d.engineErr(vErr)); err != nil {
 		return nil, fmt.Errorf("list computers: %w", err)
 	}
@@ -571,6 +647,9 @@ func (d *Docker) List(ctx context.Context) ([]providers.Machine, error) {
 			if ep := c.NetworkSettings.Networks[NetworkPrefix+id]; ep != nil && ep.IPAddress.IsValid() {
 				m.Endpoint = endpoint(ep.IPAddress)
 			}
+		}
+		if ip, ok := holderIP[HolderPrefix+id]; ok && c.State == container.StateRunning && m.Endpoint == "" {
+			m.Endpoint = endpoint(ip)
 		}
 		out = append(out, m)
 	}

@@ -13,6 +13,9 @@ import (
 )
 
 // Settings the docker provider reads, by their SPEC names.
+// DefaultNetworkPool is how many computer networks are made ahead of time.
+const DefaultNetworkPool = 2
+
 const (
 	SettingSocket         = "DOCKER_SOCKET"
 	SettingHeadlessImage  = "COMPUTER_IMAGE_HEADLESS"
@@ -24,6 +27,7 @@ const (
 	SettingTmpMB          = "COMPUTER_TMP_MB"
 	SettingShmMB          = "COMPUTER_SHM_MB"
 	SettingJoinContainers = "DOCKER_JOIN_CONTAINERS"
+	SettingNetworkPool    = "COMPUTER_NETWORK_POOL"
 )
 
 // Defaults for the settings.
@@ -81,6 +85,10 @@ type Options struct {
 	// when it runs in a container, the egress proxy, the TURN relay
 	// (DOCKER_JOIN_CONTAINERS, comma-separated).
 	JoinContainers []string
+	// NetworkPool is how many computer networks are kept made ahead of time
+	// (COMPUTER_NETWORK_POOL, default 2 from settings; 0 makes each network
+	// at start). See netpool.go.
+	NetworkPool int
 	// Logger receives the provider's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -112,6 +120,11 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 	if o.ShmMB, err = intSetting(cfg, SettingShmMB, DefaultShmMB, MinShmMB, MaxShmMB, "megabytes"); err != nil {
 		return Options{}, err
 	}
+	pool, err := intSetting(cfg, SettingNetworkPool, DefaultNetworkPool, 0, 64, "networks")
+	if err != nil {
+		return Options{}, err
+	}
+	o.NetworkPool = int(pool)
 	for name := range strings.SplitSeq(cfg.Get(SettingJoinContainers, ""), ",") {
 		if name = strings.TrimSpace(name); name != "" {
 			o.JoinContainers = append(o.JoinContainers, name)

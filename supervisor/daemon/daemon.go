@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -353,6 +354,13 @@ func (d *Daemon) Serve(ctx context.Context, grace time.Duration, ready func(url 
 
 // ServeListener is Serve on a listener the caller opened.
 func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.Duration, ready func(url string)) error {
+	// Providers that make things ahead of time (the docker provider's
+	// network pool) start now.
+	for _, p := range d.Providers {
+		if w, ok := p.(interface{ Warm(context.Context) }); ok {
+			w.Warm(ctx)
+		}
+	}
 	// Heartbeat first, so this instance counts as alive, then match what
 	// the providers run to the sessions before taking calls.
 	if err := d.Store.Heartbeat(ctx, d.Service.Instance(), time.Now()); err != nil {
@@ -419,6 +427,11 @@ func (d *Daemon) Close() error {
 		defer cancel()
 		if err := docker.UnguardPort(ctx, d.guarded); err != nil {
 			d.log.Warn("close the egress port in the host firewall", "err", err)
+		}
+	}
+	for _, p := range d.Providers {
+		if c, ok := p.(io.Closer); ok {
+			c.Close()
 		}
 	}
 	return d.Store.Close()

@@ -32,6 +32,13 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fetch" {
 		os.Exit(fetch(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "pause" {
+		// Hold a network namespace for a computer to join, until stopped.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
+		return
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
 		log.Error("computerd stopped", "err", err)
