@@ -31,10 +31,11 @@ test: docker images ## run the whole suite, Docker integration tests included
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...
 
-BENCHTIME ?= 20x
+BENCH_AWK := awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2) printf "  %s %s", $$i, $$(i+1); print "" } /^(ok|FAIL|---)/'
 bench: docker images ## run the benchmarks; each row has our figure, its baseline from the same run, and their ratio
-	@$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./e2e/ ./providers/docker/ ./supervisor/api/ ./supervisor/store/... ./supervisor/egress/ 2>&1 \
-		| tee /tmp/berth-bench.txt | awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2) printf "  %s %s", $$i, $$(i+1); print "" } /^(ok|FAIL|---)/'
+	@$(GO) test -run '^$$' -bench . -benchtime 10x -count 1 ./e2e/ ./providers/docker/ 2>&1 | $(BENCH_AWK)
+	@$(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/ 2>&1 | $(BENCH_AWK)
+	@$(GO) test -run '^$$' -bench . -count 1 ./supervisor/store/... ./supervisor/egress/ 2>&1 | $(BENCH_AWK)
 
 lint: ## vet and check formatting
 	$(GO) vet ./...
