@@ -61,6 +61,11 @@ func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) 
 			"daily budget: %d s left today, a session needs at least %d s; the budget resets at %s",
 			be.LeftSeconds, be.MinSeconds, be.ResetsAt.Format(time.RFC3339))
 	case errors.Is(err, store.ErrLive):
+		if x.State == store.StateRunning && !s.clk.Now().Before(x.ExpiresAt) {
+			// Expired but not reaped yet: end it now and start afresh.
+			s.endSession(context.WithoutCancel(ctx), x, "")
+			return s.Start(ctx, agent)
+		}
 		return s.awaitLive(ctx, x)
 	case err != nil:
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)

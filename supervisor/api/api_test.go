@@ -540,3 +540,22 @@ func requestHash(tool string, canon []byte) string {
 	h := sha256.Sum256(append([]byte(tool+"\n"), canon...))
 	return hex.EncodeToString(h[:])
 }
+
+// TestStartAfterExpiryBeforeReap starts again once the lease has run out but
+// before the reaper has ended the session: the old one is ended (charged
+// its full lease) and a new one starts.
+func TestStartAfterExpiryBeforeReap(t *testing.T) {
+	e := newEnv(t)
+	e.connect("a1", 60, 3600)
+	var first, second supervisor.SessionView
+	e.mustCall("POST", "/v1/agents/a1/computer/start", nil, 200, &first)
+	e.clock.Advance(61 * time.Second)
+	e.mustCall("POST", "/v1/agents/a1/computer/start", nil, 200, &second)
+	if second.ID == first.ID || second.RemainingSeconds != 60 {
+		t.Fatalf("start after expiry: %+v (first %s)", second, first.ID)
+	}
+	x, err := e.st.GetSession(context.Background(), first.ID)
+	if err != nil || x.State != store.StateExpired || x.ChargedSeconds != 60 {
+		t.Fatalf("first session: %+v %v", x, err)
+	}
+}
