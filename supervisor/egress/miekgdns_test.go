@@ -243,3 +243,22 @@ func TestRebindingMiekgDNS(t *testing.T) {
 		t.Errorf("upstream got %d requests, want 3", n)
 	}
 }
+
+// TestUnknownNameMiekgDNS: a name the DNS server does not know is a 502
+// dns-failure, and nothing is dialled.
+func TestUnknownNameMiekgDNS(t *testing.T) {
+	zone := startZoneServer(t)
+	h := start(t, func(c *Config) { c.Resolver = zone.resolver() })
+	for _, req := range []string{
+		"GET http://nxdomain.berth.test/ HTTP/1.1\r\nHost: nxdomain.berth.test\r\n",
+		"CONNECT nxdomain.berth.test:443 HTTP/1.1\r\nHost: nxdomain.berth.test:443\r\n",
+	} {
+		resp, _, _, _ := h.raw(req + h.auth() + "\r\n")
+		if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderRefused) != string(VerdictDNSFailure) {
+			t.Errorf("%s: %s %q, want 502 %s", firstLine(req), resp.Status, resp.Header.Get(HeaderRefused), VerdictDNSFailure)
+		}
+	}
+	if d := h.dialer.dials(); len(d) != 0 {
+		t.Errorf("dialled %v for a name that does not resolve", d)
+	}
+}
