@@ -58,6 +58,9 @@ func TestCLI(t *testing.T) {
 	if out := mustRun("", "computer", "status", "--agent", "cli"); !strings.Contains(out, "running") {
 		t.Fatalf("status: %q", out)
 	}
+	if out := mustRun("", "computer", "ls"); !strings.Contains(out, "cli") || !strings.Contains(out, "running") {
+		t.Fatalf("ls: %q", out)
+	}
 	mustRun("", "computer", "stop", "--agent", "cli")
 	if _, errs, code := run("", "computer", "exec", "--agent", "cli", "--", "true"); code == 0 || !strings.Contains(errs, "no_session") {
 		t.Fatalf("exec after stop: code %d stderr %q", code, errs)

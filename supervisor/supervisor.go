@@ -484,3 +484,32 @@ func (s *Service) DeleteWorkspace(ctx context.Context, workspace string) (int, e
 	s.log.Info("workspace deleted", "workspace", workspace, "agents", len(agents))
 	return len(agents), nil
 }
+
+// ComputerView is one line of the computer list: a connection and its live
+// session, if any.
+type ComputerView struct {
+	Agent    string       `json:"agent"`
+	Provider string       `json:"provider"`
+	Image    string       `json:"image"`
+	Session  *SessionView `json:"session"`
+}
+
+// Computers lists every connection with its live session.
+func (s *Service) Computers(ctx context.Context) ([]ComputerView, error) {
+	conns, err := s.st.Connections(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ComputerView, 0, len(conns))
+	for _, c := range conns {
+		v := ComputerView{Agent: c.AgentID, Provider: c.Provider, Image: c.Image}
+		if x, err := s.st.LiveSession(ctx, c.AgentID); err == nil {
+			sv := s.view(x)
+			v.Session = &sv
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -41,6 +41,7 @@ Every subcommand acts for the agent named by --agent, or by $BERTH_AGENT.`,
 		newConnectCmd(),
 		newStartCmd(),
 		newStatusCmd(),
+		newListCmd(),
 		newExecCmd(),
 		newReadCmd(),
 		newWriteCmd(),
@@ -227,6 +228,39 @@ func warnSession(cmd *cobra.Command, agent string, s *client.Session) {
 		if s.Message != "" {
 			warnf(cmd, "%s", s.Message)
 		}
+	}
+}
+
+func newListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List every agent's computer: provider, image and session",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(cmd)
+			if err != nil {
+				return err
+			}
+			ctx, raw := answerContext(cmd)
+			list, err := c.Computers(ctx)
+			if err != nil {
+				return err
+			}
+			if jsonOutput(cmd) {
+				return printAnswer(cmd, raw, list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "AGENT\tPROVIDER\tIMAGE\tSESSION")
+			for _, x := range list {
+				sess := "none"
+				if x.Session != nil {
+					sess = sessionLine(x.Session)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Agent, x.Provider, x.Image, sess)
+			}
+			return tw.Flush()
+		},
 	}
 }
 

@@ -47,6 +47,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /healthz", h.healthz)
 	m.Handle("POST /v1/agents", h.auth(h.createAgent))
 	m.Handle("POST /v1/computers", h.auth(h.connect))
+	m.Handle("GET /v1/computers", h.auth(h.computers))
 	m.Handle("GET /v1/agents/{agent}/computer", h.auth(h.status))
 	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(h.disconnect))
 	h.toolRoutes()
@@ -173,6 +174,11 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) (any, int, err
 	}
 	c, err := h.svc.Connect(r.Context(), req)
 	return c, http.StatusCreated, err
+}
+
+func (h *Handler) computers(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	v, err := h.svc.Computers(r.Context())
+	return map[string]any{"computers": v}, http.StatusOK, err
 }
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) (any, int, error) {

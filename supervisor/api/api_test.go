@@ -152,6 +152,13 @@ func TestFiveTools(t *testing.T) {
 	if s.State != "running" || s.Provider != "fake" || s.RemainingSeconds != 300 || s.ID == "" {
 		t.Fatalf("start = %+v", s)
 	}
+	var list struct {
+		Computers []supervisor.ComputerView `json:"computers"`
+	}
+	e.mustCall("GET", "/v1/computers", nil, 200, &list)
+	if len(list.Computers) != 1 || list.Computers[0].Agent != "a1" || list.Computers[0].Session == nil || list.Computers[0].Session.ID != s.ID {
+		t.Fatalf("computers = %+v", list.Computers)
+	}
 	var again supervisor.SessionView
 	e.mustCall("POST", "/v1/agents/a1/computer/start", nil, 200, &again)
 	if again.ID != s.ID {

@@ -202,6 +202,25 @@ func (c *Client) Status(ctx context.Context, agent string) (*ComputerStatus, err
 	return &out, nil
 }
 
+// Computer is one line of the computer list.
+type Computer struct {
+	Agent    string   `json:"agent"`
+	Provider string   `json:"provider"`
+	Image    string   `json:"image"`
+	Session  *Session `json:"session"`
+}
+
+// Computers lists every agent's computer connection with its live session.
+func (c *Client) Computers(ctx context.Context) ([]Computer, error) {
+	var out struct {
+		Computers []Computer `json:"computers"`
+	}
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/computers", out: &out, repeatable: true}); err != nil {
+		return nil, err
+	}
+	return out.Computers, nil
+}
+
 // Disconnect stops the agent's session, then removes its connection and
 // credentials.
 func (c *Client) Disconnect(ctx context.Context, agent string) error {

@@ -120,6 +120,8 @@ type Store interface {
 	// CreateConnection fails with ErrConflict when the agent has one.
 	CreateConnection(ctx context.Context, c Connection) error
 	GetConnection(ctx context.Context, agentID string) (Connection, error)
+	// Connections lists every connection, by agent id.
+	Connections(ctx context.Context) ([]Connection, error)
 	DeleteConnection(ctx context.Context, agentID string) error
 
 	// Reserve atomically checks that the agent has no live session, then

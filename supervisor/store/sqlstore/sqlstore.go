@@ -241,6 +241,24 @@ func (s *Store) GetConnection(ctx context.Context, agentID string) (store.Connec
 	return c, err
 }
 
+// Connections implements store.Store.
+func (s *Store) Connections(ctx context.Context) ([]store.Connection, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+connCols+` FROM connections ORDER BY agent_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Connection
+	for rows.Next() {
+		c, err := scanConn(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
 // DeleteConnection implements store.Store.
 func (s *Store) DeleteConnection(ctx context.Context, agentID string) error {
 	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM connections WHERE agent_id = ?`), agentID)

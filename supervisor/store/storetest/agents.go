@@ -64,6 +64,9 @@ func testConnections(t *testing.T, s store.Store) {
 	if err := s.CreateConnection(ctx, c); err != nil {
 		t.Fatal(err)
 	}
+	if all, err := s.Connections(ctx); err != nil || len(all) != 1 || all[0].AgentID != "a1" || all[0].Provider != "e2b" {
+		t.Errorf("Connections = %+v, %v", all, err)
+	}
 	check := func(want store.Connection) {
 		t.Helper()
 		got, err := s.GetConnection(ctx, "a1")
