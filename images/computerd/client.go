@@ -340,6 +340,11 @@ func (s *Stream) CloseStdin() error {
 	return s.control(StreamControl{Type: "close_stdin"})
 }
 
+// Resize sets the terminal size of a stream started with PTY.
+func (s *Stream) Resize(cols, rows uint16) error {
+	return s.control(StreamControl{Type: "resize", Cols: cols, Rows: rows})
+}
+
 // Signal sends a signal ("TERM", "INT", "KILL", "HUP", ...) to the
 // command's process group.
 func (s *Stream) Signal(sig string) error {

@@ -182,19 +182,28 @@ const (
 
 // StreamStart opens a streamed exec.
 type StreamStart struct {
-	Command   string            `json:"command"`
-	TimeoutMs int64             `json:"timeoutMs,omitempty"` // 0: none
-	Cwd       string            `json:"cwd,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
+	Command   string `json:"command"`
+	TimeoutMs int64  `json:"timeoutMs,omitempty"` // 0: none
+	// PTY runs the command on a pseudo-terminal of Cols x Rows (default
+	// 80x24): its output, stderr included, comes on StreamStdout, and
+	// close_stdin sends end-of-file (^D) instead of closing.
+	PTY  bool              `json:"pty,omitempty"`
+	Cols uint16            `json:"cols,omitempty"`
+	Rows uint16            `json:"rows,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+	Env  map[string]string `json:"env,omitempty"`
 }
 
 // StreamControl is a control message of a streamed exec. Types: "signal"
-// (client: Signal), "close_stdin" (client), "exit" (server: ExitCode,
-// TimedOut, Error). An exit with Error set means the command could not be
-// started or the stream failed; Code then holds one of the error codes.
+// (client: Signal), "close_stdin" (client), "resize" (client, PTY only:
+// Cols, Rows), "exit" (server: ExitCode, TimedOut, Error). An exit with
+// Error set means the command could not be started or the stream failed;
+// Code then holds one of the error codes.
 type StreamControl struct {
 	Type     string `json:"type"`
 	Signal   string `json:"signal,omitempty"`
+	Cols     uint16 `json:"cols,omitempty"`
+	Rows     uint16 `json:"rows,omitempty"`
 	ExitCode int    `json:"exitCode,omitempty"`
 	TimedOut bool   `json:"timedOut,omitempty"`
 	Error    string `json:"error,omitempty"`

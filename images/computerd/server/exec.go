@@ -38,6 +38,7 @@ type child struct {
 	stdout *os.File // read ends of the command's output pipes
 	stderr *os.File
 	stdin  *os.File      // write end of its stdin pipe; nil for /dev/null
+	pty    *os.File      // the terminal's master side, when it runs on one
 	done   chan struct{} // closed once the shell has exited and been reaped
 	state  *os.ProcessState
 }
@@ -57,6 +58,9 @@ type startSpec struct {
 	cwd     string
 	env     map[string]string
 	stdin   bool // give the command a stdin pipe instead of /dev/null
+	pty     bool // run it on a pseudo-terminal instead (implies stdin)
+	cols    uint16
+	rows    uint16
 }
 
 // start runs sp.command with /bin/sh -c in a new process group.
@@ -73,6 +77,9 @@ func (s *Server) start(sp startSpec) (*child, error) {
 		return nil, err
 	}
 
+	if sp.pty {
+		return s.startPTY(sp, dir, env)
+	}
 	var files []*os.File // every pipe end, for closing on failure
 	fail := func(err error) (*child, error) {
 		closeAll(files)
@@ -130,6 +137,13 @@ func (s *Server) start(sp startSpec) (*child, error) {
 	if inR != nil {
 		inR.Close()
 	}
+	s.reapChild(c, cmd)
+	return c, nil
+}
+
+// reapChild waits for the command's shell in the background and records how
+// it ended.
+func (s *Server) reapChild(c *child, cmd *exec.Cmd) {
 	go func() {
 		if err := cmd.Wait(); err != nil && !errors.As(err, new(*exec.ExitError)) {
 			s.log.Error("wait for command", "pid", c.pid, "err", err)
@@ -140,7 +154,6 @@ func (s *Server) start(sp startSpec) (*child, error) {
 		s.mu.Unlock()
 		close(c.done)
 	}()
-	return c, nil
 }
 
 func closeAll(fs []*os.File) {

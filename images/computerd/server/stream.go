@@ -54,7 +54,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		s.streamFail(ctx, conn, err)
 		return nil
 	}
-	c, err := s.start(startSpec{command: start.Command, cwd: start.Cwd, env: start.Env, stdin: true})
+	c, err := s.start(startSpec{command: start.Command, cwd: start.Cwd, env: start.Env, stdin: true,
+		pty: start.PTY, cols: start.Cols, rows: start.Rows})
 	if err != nil {
 		s.streamFail(ctx, conn, err)
 		return nil
@@ -189,9 +190,19 @@ func (st *stream) read(ctx context.Context) {
 				st.log.Warn("stream: signal", "pid", st.c.pid, "signal", sig.String(), "err", err)
 			}
 		case "close_stdin":
+			if st.c.pty != nil {
+				st.queue([]byte{4}) // a terminal's end of file: ^D
+				continue
+			}
 			if open {
 				open = false
 				st.queue(nil)
+			}
+		case "resize":
+			if st.c.pty != nil {
+				if err := setSize(st.c.pty, m.Cols, m.Rows); err != nil {
+					st.log.Info("stream: resize", "err", err)
+				}
 			}
 		}
 	}
