@@ -83,12 +83,13 @@ func startSupervisor(t testing.TB, image string) *super {
 }
 
 // startSupervisorEgress is startSupervisor with egress proxy options.
-func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions) *super {
+func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions, providers ...string) *super {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512"}
 	d, err := daemon.New(ctx, daemon.Options{
-		Egress:  eg,
+		Egress:    eg,
+		Providers: providers,
 		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
 		Getenv: func(k string) string { return env[k] },
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),

@@ -94,8 +94,10 @@ type Lister interface {
 
 // Transporter is a provider whose machines are reached through something
 // other than the supervisor's default HTTP transport (a relay, a tunnel).
+// It gets the connection's decrypted credentials for each call, so that
+// nothing secret needs to be kept with the machine.
 type Transporter interface {
-	Transport(m Machine) http.RoundTripper
+	Transport(m Machine, credentials map[string]string) http.RoundTripper
 }
 
 // Config is what a factory gets to build a provider.

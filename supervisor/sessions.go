@@ -232,7 +232,7 @@ func providerError(err error) *Error {
 
 // waitReady polls computerd's health until it answers or ReadyTimeout passes.
 func (s *Service) waitReady(ctx context.Context, x store.Session) error {
-	c, err := s.client(x)
+	c, err := s.client(ctx, x)
 	if err != nil {
 		return err
 	}

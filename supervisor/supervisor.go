@@ -422,14 +422,22 @@ func (s *Service) provider(name string) (providers.Provider, error) {
 }
 
 // client returns a computerd client for a running session.
-func (s *Service) client(x store.Session) (*computerd.Client, error) {
+func (s *Service) client(ctx context.Context, x store.Session) (*computerd.Client, error) {
 	p, err := s.provider(x.Provider)
 	if err != nil {
 		return nil, err
 	}
 	hc := s.http
 	if t, ok := p.(providers.Transporter); ok {
-		hc = &http.Client{Transport: t.Transport(machineOf(x))}
+		c, err := s.connection(ctx, x.AgentID)
+		if err != nil {
+			return nil, err
+		}
+		creds, err := s.credentials(c)
+		if err != nil {
+			return nil, err
+		}
+		hc = &http.Client{Transport: t.Transport(machineOf(x), creds)}
 	}
 	var opts []computerd.Option
 	opts = append(opts, computerd.WithHTTPClient(hc))

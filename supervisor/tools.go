@@ -93,7 +93,7 @@ func (s *Service) Exec(ctx context.Context, agent string, r ExecRequest) (ExecRe
 	if left := x.ExpiresAt.Sub(s.clk.Now()); left < d {
 		d = left
 	}
-	c, err := s.client(x)
+	c, err := s.client(ctx, x)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -159,7 +159,7 @@ func (s *Service) ReadFile(ctx context.Context, agent string, r ReadRequest) (Re
 	if err != nil {
 		return ReadResult{}, err
 	}
-	c, err := s.client(x)
+	c, err := s.client(ctx, x)
 	if err != nil {
 		return ReadResult{}, err
 	}
@@ -202,7 +202,7 @@ func (s *Service) WriteFile(ctx context.Context, agent string, r WriteRequest) (
 	if err != nil {
 		return WriteResult{}, err
 	}
-	c, err := s.client(x)
+	c, err := s.client(ctx, x)
 	if err != nil {
 		return WriteResult{}, err
 	}

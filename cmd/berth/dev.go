@@ -95,6 +95,13 @@ the computer images when they are missing and this is a Berth checkout.`,
 			if err != nil {
 				return err
 			}
+			if os.Getenv("PROVIDERS") == "" {
+				// All-in-one: also computers served by `berth agent tunnel`.
+				o.Providers = []string{o.DefaultProvider}
+				if o.DefaultProvider != "tunnel" {
+					o.Providers = append(o.Providers, "tunnel")
+				}
+			}
 			if err := ensureImages(cmd.Context(), cmd); err != nil {
 				return err
 			}

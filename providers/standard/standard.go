@@ -4,4 +4,5 @@ package standard
 
 import (
 	_ "github.com/berthdev/berth/providers/docker" // docker: the supervisor's own Docker host
+	_ "github.com/berthdev/berth/providers/tunnel" // tunnel: a computer served by `berth agent tunnel`, reached by URL
 )

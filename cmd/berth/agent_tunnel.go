@@ -1,0 +1,66 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthdev/berth/agent/tunnel"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
+)
+
+func init() { addSubcommand("agent", newAgentTunnelCmd) }
+
+func newAgentTunnelCmd() *cobra.Command {
+	var (
+		lifetime int
+		opts     tunnel.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "tunnel --connection-file PATH",
+		Short: "Lend one disposable computer through a tunnel",
+		Long: `Start one disposable computer on this machine's Docker engine and expose it
+through cloudflared: a quick tunnel when cloudflared is on PATH, or the URL of
+a named tunnel routed to --port with --url. Without cloudflared it serves on
+127.0.0.1:PORT only and says so.
+
+The computer has no host mounts, no Docker socket and no host credentials,
+and the CPU, memory and process limits of COMPUTER_CPUS, COMPUTER_MEMORY_MB
+and COMPUTER_PIDS. The connection file (url and token, readable only by you)
+is what a supervisor's "tunnel" connection takes. The token grants command
+access to the computer. When the lifetime ends, or on Ctrl-C, the file is
+removed and the computer destroyed.`,
+		Example: `  berth agent tunnel --connection-file ~/berth-tunnel.json
+  berth agent tunnel --lifetime 3600 --connection-file conn.json --url https://computer.example.com --port 7443`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if lifetime < int(tunnel.MinLifetime/time.Second) || lifetime > int(tunnel.MaxLifetime/time.Second) {
+				return usagef("--lifetime %d: want %d to %d seconds", lifetime,
+					int(tunnel.MinLifetime/time.Second), int(tunnel.MaxLifetime/time.Second))
+			}
+			if opts.Port < 0 || opts.Port > 65535 {
+				return usagef("--port %d: want 0 (any free port) to 65535", opts.Port)
+			}
+			d, err := docker.OptionsFromConfig(providers.Config{Getenv: os.Getenv})
+			if err != nil {
+				return usageError{err}
+			}
+			opts.Docker = d
+			opts.Lifetime = time.Duration(lifetime) * time.Second
+			opts.Out = cmd.OutOrStdout()
+			opts.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			opts.Docker.Logger = opts.Logger
+			return tunnel.Run(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&lifetime, "lifetime", int(tunnel.DefaultLifetime/time.Second), "seconds the computer lives (60 to 86400)")
+	f.StringVar(&opts.ConnectionFile, "connection-file", "", "where to write the connection file (must not exist)")
+	f.StringVar(&opts.URL, "url", "", "a named tunnel's URL routed to --port (no quick tunnel is started)")
+	f.IntVar(&opts.Port, "port", 0, "the loopback port to serve the computer on (default: any free port)")
+	cmd.MarkFlagRequired("connection-file")
+	return cmd
+}

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/agent/tunnel"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/supervisor/daemon"
+)
+
+// TestTunnelProvider runs `berth agent tunnel`'s runner (without cloudflared,
+// serving on loopback) and connects an agent to it through the tunnel
+// provider: the supervisor runs the five tools on that computer.
+func TestTunnelProvider(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ready := make(chan tunnel.Info, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- tunnel.Run(ctx, tunnel.Options{
+			Lifetime:       2 * time.Minute,
+			ConnectionFile: filepath.Join(t.TempDir(), "connection.json"),
+			Docker:         docker.Options{HeadlessImage: "berth/test:latest", MemoryMB: 256},
+			LookPath:       func(string) (string, error) { return "", exec.ErrNotFound },
+			Ready:          func(i tunnel.Info) { ready <- i },
+		})
+	}()
+	var info tunnel.Info
+	select {
+	case info = <-ready:
+	case err := <-done:
+		t.Fatalf("runner ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("runner not ready")
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("runner: %v", err)
+		}
+	}()
+
+	s := startSupervisorEgress(t, "berth/test:latest", daemon.EgressOptions{Listen: ":0"}, "docker", "tunnel")
+	s.must("POST", "/v1/agents", map[string]any{"id": "byo", "name": "byo"}, 201, nil)
+	if st := s.call("POST", "/v1/computers", map[string]any{"agent": "byo", "provider": "tunnel", "credentials": map[string]string{"url": info.URL}}, nil); st != 400 {
+		t.Fatalf("tunnel connection without apiKey: %d, want 400", st)
+	}
+	s.must("POST", "/v1/computers", map[string]any{"agent": "byo", "provider": "tunnel",
+		"credentials": map[string]string{"url": info.URL, "apiKey": info.Token}}, 201, nil)
+	var sess session
+	s.must("POST", "/v1/agents/byo/computer/start", nil, 200, &sess)
+	if sess.Provider != "tunnel" || sess.State != "running" {
+		t.Fatalf("start: %+v", sess)
+	}
+	x := s.exec("byo", "echo from the tunnel; id -u")
+	if x.Stdout != "from the tunnel\n1000\n" {
+		t.Fatalf("exec: %+v", x)
+	}
+	s.must("POST", "/v1/agents/byo/computer/write_file", map[string]any{"path": "t.txt", "content": "tunnelled"}, 200, nil)
+	var r struct {
+		Content string `json:"content"`
+	}
+	s.must("POST", "/v1/agents/byo/computer/read_file", map[string]any{"path": "t.txt"}, 200, &r)
+	if r.Content != "tunnelled" {
+		t.Fatalf("read: %+v", r)
+	}
+	s.must("POST", "/v1/agents/byo/computer/stop", nil, 200, nil)
+	// The apiKey is kept only sealed in the connection, never with the session.
+	all, err := s.d.Store.SessionsByState(ctx, "stopped")
+	if err != nil || len(all) != 1 {
+		t.Fatalf("sessions: %v %v", all, err)
+	}
+	if strings.Contains(all[0].Header+all[0].Endpoint+all[0].MachineID, info.Token) {
+		t.Fatal("the connection token is stored with the session")
+	}
+	c, err := s.d.Store.GetConnection(ctx, "byo")
+	if err != nil || strings.Contains(string(c.Credentials), info.Token) {
+		t.Fatalf("credentials not sealed: %v", err)
+	}
+}
