@@ -90,7 +90,7 @@ func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions, 
 	d, err := daemon.New(ctx, daemon.Options{
 		Egress:    eg,
 		Providers: providers,
-		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
+		DataDir:   t.TempDir(), Token: "e2e-operator-token-0123456789",
 		Getenv: func(k string) string { return env[k] },
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 	})

@@ -1,0 +1,314 @@
+// Package relayserver is the relay's side of the agent link: it accepts
+// agents' outbound websocket connections, multiplexes streams over them, and
+// lets the supervisor reach an agent's HTTP API by agent id.
+package relayserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/hashicorp/yamux"
+
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/relay"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Authenticate maps an agent token to an agent id. Required.
+	Authenticate func(token string) (agentID string, ok bool)
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Clock supplies presence times and ping intervals; nil is the system
+	// clock.
+	Clock clock.Clock
+	// PingInterval is how often each agent is pinged.
+	// Zero means relay.DefaultPingInterval.
+	PingInterval time.Duration
+	// PingTimeout is how long a ping (or a stalled write) may take before
+	// the link is declared dead. Zero means relay.DefaultPingTimeout.
+	PingTimeout time.Duration
+	// OnPresence, if set, is called after every presence change (connect,
+	// disconnect), for reporting to the supervisor's store. It must not
+	// block for long.
+	OnPresence func(Presence)
+}
+
+// Presence is what the relay knows about an agent.
+type Presence struct {
+	AgentID     string
+	Online      bool
+	ConnectedAt time.Time // start of the current (or last) connection
+	LastSeen    time.Time // last connect, answered ping, or disconnect
+	Version     string    // as reported by the agent when it connected
+}
+
+// Server accepts agent connections and dials agents by id. It is an
+// http.Handler for the agents' websocket endpoint (relay.ConnectPath).
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.Clock
+
+	mu         sync.Mutex
+	closed     bool
+	agents     map[string]*agent
+	transports map[string]*http.Transport
+}
+
+type agent struct {
+	pres Presence
+	sess *yamux.Session // nil when offline
+}
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	if cfg.Authenticate == nil {
+		panic("relayserver: Config.Authenticate is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return &Server{
+		cfg:        cfg,
+		log:        log.With("component", "relay"),
+		clock:      clk,
+		agents:     make(map[string]*agent),
+		transports: make(map[string]*http.Transport),
+	}
+}
+
+// ServeHTTP accepts one agent connection and serves it until it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	token := relay.BearerToken(r.Header.Get("Authorization"))
+	agentID, ok := "", false
+	if token != "" {
+		agentID, ok = s.cfg.Authenticate(token)
+	}
+	if !ok || agentID == "" {
+		s.log.Warn("agent refused: invalid token", "remote", r.RemoteAddr)
+		http.Error(w, "invalid agent token", http.StatusUnauthorized)
+		return
+	}
+	version := r.Header.Get(relay.VersionHeader)
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols:    []string{relay.Subprotocol},
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		s.log.Warn("agent websocket accept failed", "agent", agentID, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conn := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	sess, err := yamux.Client(conn, relay.MuxConfig(s.cfg.PingTimeout))
+	if err != nil {
+		conn.Close()
+		s.log.Error("agent session setup failed", "agent", agentID, "err", err)
+		return
+	}
+	if !s.register(agentID, version, sess) {
+		sess.Close()
+		return
+	}
+	s.log.Info("agent connected", "agent", agentID, "version", version, "remote", r.RemoteAddr)
+	relay.Heartbeat(ctx, sess, s.clock, s.cfg.PingInterval, func(t time.Time) { s.seen(agentID, sess, t) })
+	conn.Close()
+	if s.unregister(agentID, sess) {
+		s.log.Info("agent disconnected", "agent", agentID)
+	}
+}
+
+func (s *Server) register(agentID, version string, sess *yamux.Session) bool {
+	now := s.clock.Now()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	a := s.agents[agentID]
+	if a == nil {
+		a = &agent{}
+		s.agents[agentID] = a
+	}
+	old := a.sess
+	a.sess = sess
+	a.pres = Presence{AgentID: agentID, Online: true, ConnectedAt: now, LastSeen: now, Version: version}
+	p := a.pres
+	s.mu.Unlock()
+	if old != nil {
+		s.log.Info("agent reconnected, replacing older connection", "agent", agentID)
+		old.Close()
+	}
+	s.report(p)
+	return true
+}
+
+// unregister marks the agent offline if sess is still its current session.
+func (s *Server) unregister(agentID string, sess *yamux.Session) bool {
+	now := s.clock.Now()
+	s.mu.Lock()
+	a := s.agents[agentID]
+	if a == nil || a.sess != sess {
+		s.mu.Unlock()
+		return false
+	}
+	a.sess = nil
+	a.pres.Online = false
+	a.pres.LastSeen = now
+	p := a.pres
+	s.mu.Unlock()
+	s.report(p)
+	return true
+}
+
+func (s *Server) seen(agentID string, sess *yamux.Session, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.agents[agentID]; a != nil && a.sess == sess {
+		a.pres.LastSeen = t
+	}
+}
+
+func (s *Server) report(p Presence) {
+	if s.cfg.OnPresence != nil {
+		s.cfg.OnPresence(p)
+	}
+}
+
+// Presence returns what the relay knows about an agent; ok is false for an
+// agent that has never connected to this relay.
+func (s *Server) Presence(agentID string) (p Presence, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.agents[agentID]
+	if a == nil {
+		return Presence{}, false
+	}
+	return a.pres, true
+}
+
+// Agents returns the presence of every agent seen by this relay, sorted by
+// agent id.
+func (s *Server) Agents() []Presence {
+	s.mu.Lock()
+	out := make([]Presence, 0, len(s.agents))
+	for _, a := range s.agents {
+		out = append(out, a.pres)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
+	return out
+}
+
+// Online reports how many agents are connected.
+func (s *Server) Online() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.agents {
+		if a.sess != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Dial opens a stream to the agent's API. It fails with an error wrapping
+// ErrAgentOffline when the agent is not connected.
+func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	var sess *yamux.Session
+	var last time.Time
+	if a := s.agents[agentID]; a != nil {
+		sess, last = a.sess, a.pres.LastSeen
+	}
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := sess.OpenStream()
+	if err != nil {
+		if errors.Is(err, yamux.ErrSessionShutdown) {
+			return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+		}
+		return nil, fmt.Errorf("dial agent %s: %w", agentID, err)
+	}
+	return &stream{Stream: st, agent: relay.Addr(agentID)}, nil
+}
+
+// stream gives a yamux stream addresses that name the agent.
+type stream struct {
+	*yamux.Stream
+	agent relay.Addr
+}
+
+func (s *stream) RemoteAddr() net.Addr { return s.agent }
+
+// Transport returns an HTTP transport whose connections go to the agent's
+// API through the relay. Requests may use any host; the URL's host is not
+// dialled. The same transport is returned for the same agent.
+func (s *Server) Transport(agentID string) http.RoundTripper {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.transports[agentID]; t != nil {
+		return t
+	}
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return s.Dial(ctx, agentID)
+		},
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // long execs are allowed; callers bound them with contexts
+		DisableCompression:    true,
+	}
+	s.transports[agentID] = t
+	return t
+}
+
+// Close disconnects every agent and makes further dials fail. Agents'
+// in-flight requests fail.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	var sessions []*yamux.Session
+	for _, a := range s.agents {
+		if a.sess != nil {
+			sessions = append(sessions, a.sess)
+		}
+	}
+	transports := s.transports
+	s.transports = make(map[string]*http.Transport)
+	s.mu.Unlock()
+	for _, sess := range sessions {
+		sess.Close()
+	}
+	for _, t := range transports {
+		t.CloseIdleConnections()
+	}
+	return nil
+}
+
+var _ http.Handler = (*Server)(nil)
