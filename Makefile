@@ -35,7 +35,7 @@ BENCH_AWK := awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2
 bench: docker images ## run the benchmarks; each row has our figure, its baseline from the same run, and their ratio
 	@$(GO) test -run '^$$' -bench . -benchtime 10x -count 1 ./e2e/ ./providers/docker/ 2>&1 | $(BENCH_AWK)
 	@$(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/ 2>&1 | $(BENCH_AWK)
-	@$(GO) test -run '^$$' -bench . -count 1 ./supervisor/store/... ./supervisor/egress/ 2>&1 | $(BENCH_AWK)
+	@$(GO) test -run '^$$' -bench . -count 1 ./supervisor/store/... ./supervisor/egress/ ./relay/... 2>&1 | $(BENCH_AWK)
 
 lint: ## vet and check formatting
 	$(GO) vet ./...
