@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -65,6 +66,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 		"COMPUTER_IMAGE_HEADLESS=berth/test:latest",
 		"COMPUTER_MEMORY_MB=256",
 		"EGRESS_LISTEN=:0",
+		"COMPUTER_NETWORK_POOL=1",
 	)
 	p.cmd.Env = append(p.cmd.Env, extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -74,6 +76,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 	go func() { p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		p.kill()
+		removeHolders(p.cmd.Process.Pid)
 		if t.Failed() {
 			t.Logf("supervisor %s log:\n%s", addr, p.logs.String())
 			removeDeployment(p.logs.String())
@@ -172,6 +175,21 @@ func deploymentObjects(t *testing.T, dep string) string {
 		}
 	}
 	return strings.Join(all, "; ")
+}
+
+// removeHolders removes the networks a killed supervisor process kept made
+// ahead of time (a live one removes its own when it stops).
+func removeHolders(pid int) {
+	host, _ := os.Hostname()
+	filter := fmt.Sprintf("label=dev.berth.holder-owner=%s/%d", host, pid)
+	out, _ := exec.Command("docker", "ps", "-a", "-q", "--filter", filter).Output()
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+	}
+	out, _ = exec.Command("docker", "network", "ls", "-q", "--filter", filter).Output()
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		exec.Command("docker", append([]string{"network", "rm"}, ids...)...).Run()
+	}
 }
 
 // removeDeployment removes the Docker objects of the deployment named in a

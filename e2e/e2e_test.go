@@ -86,7 +86,8 @@ func startSupervisor(t testing.TB, image string) *super {
 func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions, providers ...string) *super {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512"}
+	// One network made ahead per supervisor: tests run several at once.
+	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "1"}
 	d, err := daemon.New(ctx, daemon.Options{
 		Egress:    eg,
 		Providers: providers,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/providers"
 )
 
 // A computer's network is made ahead of time. Creating an internal network
@@ -35,10 +38,11 @@ import (
 
 // Names and labels of holders.
 const (
-	HolderPoolPrefix = "berth-p-" // a holder waiting in the pool
-	HolderPrefix     = "berth-h-" // a holder bound to a computer: berth-h-<computer id>
-	labelHolder      = "dev.berth.holder"
-	labelHolderOwner = "dev.berth.holder-owner"
+	HolderPoolPrefix   = "berth-p-" // a holder waiting in the pool
+	HolderPrefix       = "berth-h-" // a holder bound to a computer: berth-h-<computer id>
+	labelHolder        = "dev.berth.holder"
+	labelHolderOwner   = "dev.berth.holder-owner"
+	labelHolderNetwork = "dev.berth.holder-network" // the holder's network, by name
 )
 
 // orphanAfter is how long a bound holder may wait for its computer.
@@ -168,9 +172,10 @@ func (p *netPool) close(ctx context.Context) {
 }
 
 // collect removes pool holders of processes on this host that are gone,
-// and bound holders whose computer never came (a create cut short) after
-// orphanAfter.
+// bound holders whose computer never came (a create cut short) after
+// orphanAfter, and holder networks left without their holder.
 func (p *netPool) collect(ctx context.Context) {
+	defer p.collectNetworks(ctx)
 	host, _ := os.Hostname()
 	res, err := p.d.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
 		Filters: make(client.Filters).Add("label", labelHolder+"=true")})
@@ -208,13 +213,18 @@ func (d *Docker) newHolder(ctx context.Context, name string) (holder, error) {
 	if d.pool != nil {
 		owner = d.pool.owner
 	}
-	labels := map[string]string{labelHolder: "true", labelHolderOwner: owner}
+	labels := map[string]string{labelHolder: "true", labelHolderOwner: owner, labelHolderNetwork: NetworkPrefix + name}
 	res, err := d.cli.NetworkCreate(ctx, NetworkPrefix+name, client.NetworkCreateOptions{
 		Driver: "bridge", Internal: true, Labels: labels,
 		Options: map[string]string{bridgeNameOption: bridgeName(name)},
 	})
 	if err != nil {
-		return holder{}, fmt.Errorf("create network for %s: %w", name, d.engineErr(err))
+		err = d.engineErr(err)
+		if strings.Contains(err.Error(), "non-overlapping") {
+			err = fmt.Errorf("%w: %w (every computer has its own network: give the engine more address pools, e.g. \"default-address-pools\": [{\"base\": \"10.200.0.0/16\", \"size\": 24}] in /etc/docker/daemon.json)",
+				providers.ErrCapacity, err)
+		}
+		return holder{}, fmt.Errorf("create network for %s: %w", name, err)
 	}
 	h := holder{name: name, netID: res.ID}
 	fail := func(err error) (holder, error) {
@@ -293,10 +303,15 @@ func (d *Docker) removeHolder(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: %s is not a network holder", ErrNotManaged, name)
 	}
 	var nets []string
+	if n := res.Container.Config.Labels[labelHolderNetwork]; n != "" {
+		nets = append(nets, n)
+	}
 	if ns := res.Container.NetworkSettings; ns != nil {
-		for _, ep := range ns.Networks {
-			if ep != nil {
+		for name, ep := range ns.Networks {
+			if ep != nil && ep.NetworkID != "" {
 				nets = append(nets, ep.NetworkID)
+			} else if name != "" && !slices.Contains(nets, name) {
+				nets = append(nets, name)
 			}
 		}
 	}
@@ -308,6 +323,26 @@ func (d *Docker) removeHolder(ctx context.Context, name string) error {
 		errs = append(errs, d.removeNetwork(ctx, id, id))
 	}
 	return errors.Join(errs...)
+}
+
+// collectNetworks removes holder networks no container uses any more that
+// are older than a create takes (a holder removed without its network).
+func (p *netPool) collectNetworks(ctx context.Context) {
+	res, err := p.d.cli.NetworkList(ctx, client.NetworkListOptions{
+		Filters: make(client.Filters).Add("label", labelHolder+"=true")})
+	if err != nil {
+		return
+	}
+	for _, nw := range res.Items {
+		if time.Since(nw.Created) < 2*time.Minute {
+			continue
+		}
+		ins, err := p.d.cli.NetworkInspect(ctx, nw.ID, client.NetworkInspectOptions{})
+		if err != nil || len(ins.Network.Containers) > 0 {
+			continue
+		}
+		p.d.removeNetwork(ctx, nw.ID, nw.Name)
+	}
 }
 
 func randomHex(n int) string {

@@ -54,6 +54,8 @@ func (h *Handler) routes() {
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
 	m.Handle("GET /v1/usage", h.auth(h.usage))
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
+	m.Handle("POST /v1/companions/pair-codes", h.auth(h.createPairCode))
+	m.HandleFunc("POST /v1/companions/pair", h.pair) // the code is the credential
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
@@ -165,6 +167,31 @@ func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int,
 	}
 	a, err := h.svc.CreateAgent(r.Context(), req)
 	return a, http.StatusCreated, err
+}
+
+func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	var req supervisor.CreatePairCodeRequest
+	if err := decodeOptional(w, r, &req); err != nil {
+		return nil, 0, err
+	}
+	c, err := h.svc.CreatePairCode(r.Context(), req)
+	return c, http.StatusCreated, err
+}
+
+// pair redeems a pairing code; it takes no operator token. Neither the code
+// nor the token it answers with is logged.
+func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
+	var req supervisor.PairRequest
+	err := decode(w, r, &req)
+	var p supervisor.Paired
+	if err == nil {
+		p, err = h.svc.Pair(r.Context(), req)
+	}
+	if err != nil {
+		writeError(w, h.logged(r, err))
+		return
+	}
+	writeJSON(w, http.StatusCreated, p)
 }
 
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) (any, int, error) {

@@ -150,6 +150,7 @@ type Store interface {
 	Usage(ctx context.Context, by string, from, to, now time.Time) ([]UsageRow, error)
 
 	Calls
+	Pairing
 	Close() error
 }
 

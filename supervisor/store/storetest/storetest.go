@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Meta", testMeta},
 		{"ConcurrentReserve", testConcurrentReserve},
 		{"ConcurrentBeginCall", testConcurrentBeginCall},
+		{"Pairing", testPairing}, {"PairCodeExpiry", testPairCodeExpiry}, {"ConcurrentRedeem", testConcurrentRedeem},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/supervisor/client"
+)
+
+func init() { addSubcommand("agent", newAgentPairCmd) }
+
+// configDirEnv overrides where the agent keeps its files (default
+// os.UserConfigDir()/berth).
+const configDirEnv = "BERTH_CONFIG_DIR"
+
+// credStore returns the agent's credential store, honouring $BERTH_CONFIG_DIR.
+func credStore() (*credstore.Store, error) {
+	var opts []credstore.Option
+	if dir := os.Getenv(configDirEnv); dir != "" {
+		opts = append(opts, credstore.WithDir(dir))
+	}
+	return credstore.New(opts...)
+}
+
+func newAgentPairCmd() *cobra.Command {
+	var supervisorURL, name string
+	cmd := &cobra.Command{
+		Use:   "pair CODE --supervisor URL",
+		Short: "Pair this machine with a supervisor, to lend it",
+		Long: `Pair this machine with a supervisor: exchange the one-time code that the
+supervisor's operator made (POST /v1/companions/pair-codes; it expires in 10
+minutes) for this agent's id and token. The token and the supervisor's URL
+are kept in the OS keyring, or, where no keyring works, in an encrypted file
+in $` + configDirEnv + ` (default: the user's config directory, berth/). The
+token is never printed.`,
+		Example: "  berth agent pair ABCD-EFGH-JK --supervisor https://berth.example.com --name lab-laptop",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := client.New(supervisorURL, "", client.WithUserAgent("berth/"+version))
+			if err != nil {
+				return usageError{err}
+			}
+			store, err := credStore()
+			if err != nil {
+				return err
+			}
+			p, err := c.Pair(cmd.Context(), args[0], name)
+			if err != nil {
+				return fmt.Errorf("pair: %w", err)
+			}
+			where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL()})
+			if err != nil {
+				return fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
+			}
+			if jsonOutput(cmd) {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(map[string]string{"agentId": p.AgentID, "supervisorUrl": c.BaseURL(), "storedIn": where})
+			}
+			kept := "the OS keyring"
+			if where == credstore.InFile {
+				kept = "an encrypted file in " + store.Dir() + " (no OS keyring available)"
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "paired as agent %s with %s; token kept in %s\n", p.AgentID, c.BaseURL(), kept)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&supervisorURL, "supervisor", "", "the supervisor's URL (required)")
+	cmd.Flags().StringVar(&name, "name", "", "this machine's name at the supervisor (default: the name given with the code)")
+	cmd.MarkFlagRequired("supervisor")
+	return cmd
+}

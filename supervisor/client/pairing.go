@@ -1,0 +1,48 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// PairCode is a one-time pairing code and when it expires.
+type PairCode struct {
+	Code      string    `json:"code"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Paired is a companion agent's id and token, as pairing returns them.
+type Paired struct {
+	AgentID string `json:"agentId"`
+	Token   string `json:"token"`
+}
+
+// CreatePairCode asks for a one-time pairing code (operator token); name,
+// when set, names the companion to be.
+func (c *Client) CreatePairCode(ctx context.Context, name string) (*PairCode, error) {
+	var out PairCode
+	in := struct {
+		Name string `json:"name,omitempty"`
+	}{name}
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/companions/pair-codes", in: in, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Pair exchanges a pairing code for a companion agent's id and token. It
+// sends no operator token: the code is the credential. A code is good for
+// one exchange, so the call is not repeated once it may have reached the
+// supervisor.
+func (c *Client) Pair(ctx context.Context, code, name string) (*Paired, error) {
+	var out Paired
+	in := struct {
+		Code string `json:"code"`
+		Name string `json:"name,omitempty"`
+	}{code, name}
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/companions/pair", in: in, out: &out, noAuth: true}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
