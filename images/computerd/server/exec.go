@@ -114,22 +114,8 @@ func (s *Server) start(sp startSpec) (*child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	c := &child{stdout: outR, stderr: errR, stdin: inW, done: make(chan struct{})}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fail(errorf(http.StatusServiceUnavailable, computerd.CodeInternal, "computerd is shutting down"))
-	}
-	err = cmd.Start()
-	if err == nil {
-		c.pid = cmd.Process.Pid
-		s.children[c.pid] = c
-	}
-	s.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, syscall.E2BIG) {
-			return fail(errorf(http.StatusRequestEntityTooLarge, computerd.CodeTooLarge, "command and environment too large to start: %v", err))
-		}
-		return fail(fmt.Errorf("start command: %w", err))
+	if err := s.launch(cmd, c); err != nil {
+		return fail(err)
 	}
 	// The command holds its own ends now.
 	outW.Close()
@@ -139,6 +125,29 @@ func (s *Server) start(sp startSpec) (*child, error) {
 	}
 	s.reapChild(c, cmd)
 	return c, nil
+}
+
+// launch starts cmd as the child c and registers it, unless computerd is
+// shutting down.
+func (s *Server) launch(cmd *exec.Cmd, c *child) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errorf(http.StatusServiceUnavailable, computerd.CodeInternal, "computerd is shutting down")
+	}
+	err := cmd.Start()
+	if err == nil {
+		c.pid = cmd.Process.Pid
+		s.children[c.pid] = c
+	}
+	s.mu.Unlock()
+	if errors.Is(err, syscall.E2BIG) {
+		return errorf(http.StatusRequestEntityTooLarge, computerd.CodeTooLarge, "command and environment too large to start: %v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	return nil
 }
 
 // reapChild waits for the command's shell in the background and records how

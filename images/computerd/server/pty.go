@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -90,22 +89,8 @@ func (s *Server) startPTY(sp startSpec, dir string, env []string) (*child, error
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 
 	c := &child{stdout: master, stderr: errR, stdin: stdin, pty: master, done: make(chan struct{})}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fail(errorf(http.StatusServiceUnavailable, computerd.CodeInternal, "computerd is shutting down"))
-	}
-	err = cmd.Start()
-	if err == nil {
-		c.pid = cmd.Process.Pid
-		s.children[c.pid] = c
-	}
-	s.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, syscall.E2BIG) {
-			return fail(errorf(http.StatusRequestEntityTooLarge, computerd.CodeTooLarge, "command and environment too large to start: %v", err))
-		}
-		return fail(fmt.Errorf("start command: %w", err))
+	if err := s.launch(cmd, c); err != nil {
+		return fail(err)
 	}
 	slave.Close() // the command holds it now; the master reads EIO once all are gone
 	s.reapChild(c, cmd)
