@@ -64,31 +64,40 @@ func BenchmarkColdStart(b *testing.B) {
 	s := startSupervisor(b, "berth/test:latest")
 	connect(s, "bench")
 	cli := dockerClient(b)
-	var ours, bare []time.Duration
-	timeOurs := func() {
+	timeOurs := func() time.Duration {
 		start := time.Now()
 		s.must("POST", "/v1/agents/bench/computer/start", nil, 200, nil)
 		if x := s.exec("bench", "echo hi"); x.Stdout != "hi\n" {
 			b.Fatalf("first exec: %+v", x)
 		}
-		ours = append(ours, time.Since(start))
+		d := time.Since(start)
 		s.must("POST", "/v1/agents/bench/computer/stop", nil, 200, nil)
+		return d
 	}
+	pairedRuns(b, "start-to-exec-ms", timeOurs, "bare-create+start-ms", func() time.Duration {
+		return bareStart(b, ctx, cli, "berth/test:latest")
+	})
+}
+
+// pairedRuns times ours and base alternately, the first of each pair
+// swapping every loop, and reports both medians and the median ratio.
+func pairedRuns(b *testing.B, oursUnit string, ours func() time.Duration, baseUnit string, base func() time.Duration) {
+	var o, r []time.Duration
 	for i := 0; b.Loop(); i++ {
 		if i%2 == 0 {
-			timeOurs()
-			bare = append(bare, bareStart(b, ctx, cli, "berth/test:latest"))
+			o = append(o, ours())
+			r = append(r, base())
 		} else {
-			bare = append(bare, bareStart(b, ctx, cli, "berth/test:latest"))
-			timeOurs()
+			r = append(r, base())
+			o = append(o, ours())
 		}
 	}
-	ratios := make([]float64, len(ours))
-	for i := range ours {
-		ratios[i] = float64(ours[i]) / float64(bare[i])
+	ratios := make([]float64, len(o))
+	for i := range o {
+		ratios[i] = float64(o[i]) / float64(r[i])
 	}
-	b.ReportMetric(ms(median(ours)), "start-to-exec-ms")
-	b.ReportMetric(ms(median(bare)), "bare-create+start-ms")
+	b.ReportMetric(ms(median(o)), oursUnit)
+	b.ReportMetric(ms(median(r)), baseUnit)
 	b.ReportMetric(median(ratios), "ratio")
 }
 
@@ -135,23 +144,7 @@ func BenchmarkExec(b *testing.B) {
 		return time.Since(start)
 	}
 	restExec() // warm the connection
-	var ours, base []time.Duration
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			ours = append(ours, restExec())
-			base = append(base, dockerExec())
-		} else {
-			base = append(base, dockerExec())
-			ours = append(ours, restExec())
-		}
-	}
-	ratios := make([]float64, len(ours))
-	for i := range ours {
-		ratios[i] = float64(ours[i]) / float64(base[i])
-	}
-	b.ReportMetric(ms(median(ours)), "rest-exec-ms")
-	b.ReportMetric(ms(median(base)), "docker-exec-ms")
-	b.ReportMetric(median(ratios), "ratio")
+	pairedRuns(b, "rest-exec-ms", restExec, "docker-exec-ms", dockerExec)
 
 	// computerd's idle memory, read from the host's view of its process.
 	ins, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -115,28 +112,7 @@ func (p *proc) kill() {
 }
 
 func (p *proc) call(method, path, key string, body any, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		raw, _ := json.Marshal(body)
-		rd = bytes.NewReader(raw)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, method, p.url+path, rd)
-	req.Header.Set("Authorization", "Bearer "+p.token)
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil {
-		json.Unmarshal(raw, out)
-	}
-	return resp.StatusCode, nil
+	return callAPI(p.url, p.token, method, path, key, body, out)
 }
 
 func (p *proc) must(method, path string, body any, want int, out any) {
@@ -200,17 +176,14 @@ func removeDeployment(log string) {
 		return
 	}
 	filter := "label=dev.berth.deployment=" + strings.Fields(rest)[0]
-	for _, kind := range []string{"container", "network", "volume"} {
-		out, _ := exec.Command("docker", kind, "ls", "-q", "-a", "--filter", filter).Output()
-		if kind != "container" {
-			out, _ = exec.Command("docker", kind, "ls", "-q", "--filter", filter).Output()
-		}
+	for _, c := range []struct{ ls, rm []string }{
+		{[]string{"ps", "-a", "-q"}, []string{"rm", "-f", "-v"}},
+		{[]string{"network", "ls", "-q"}, []string{"network", "rm"}},
+		{[]string{"volume", "ls", "-q"}, []string{"volume", "rm"}},
+	} {
+		out, _ := exec.Command("docker", append(c.ls, "--filter", filter)...).Output()
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
-			args := append([]string{kind, "rm"}, ids...)
-			if kind == "container" {
-				args = append([]string{kind, "rm", "-f", "-v"}, ids...)
-			}
-			exec.Command("docker", args...).Run()
+			exec.Command("docker", append(c.rm, ids...)...).Run()
 		}
 	}
 }

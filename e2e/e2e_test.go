@@ -122,6 +122,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func (s *super) call(method, path string, body any, out any) int {
 	s.t.Helper()
+	status, err := callAPI(s.url, s.token, method, path, "", body, out)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return status
+}
+
+// callAPI sends a JSON request with the operator token (and an
+// Idempotency-Key when key is set), decodes the answer into out, and
+// returns the status.
+func callAPI(base, token, method, path, key string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		raw, _ := json.Marshal(body)
@@ -129,21 +140,21 @@ func (s *super) call(method, path string, body any, out any) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	req.Header.Set("Authorization", "Bearer "+s.token)
+	req, _ := http.NewRequestWithContext(ctx, method, base+path, rd)
+	req.Header.Set("Authorization", "Bearer "+token)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		s.t.Logf("%s %s -> %d %s", method, path, resp.StatusCode, raw)
-	}
 	if out != nil {
 		json.Unmarshal(raw, out)
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 func (s *super) must(method, path string, body any, want int, out any) {

@@ -82,12 +82,8 @@ func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, pr
 		if m.Endpoint == "" {
 			break // parts only: a leftover
 		}
-		if err := s.bind(ctx, &x, m); err != nil {
+		if err := s.adopt(ctx, &x, m); err != nil {
 			log.Warn("reconcile: adopt", "err", err)
-			return
-		}
-		if err := s.waitReady(ctx, x); err != nil {
-			s.endSession(ctx, x, "adopted machine not ready")
 			return
 		}
 		log.Info("reconcile: adopted the machine of an uncertain session", "session", x.ID)

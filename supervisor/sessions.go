@@ -29,6 +29,8 @@ const (
 	startClaim = 5 * time.Minute
 	// reapClaim is how long a reaper owns a session it acts on.
 	reapClaim = 2 * time.Minute
+	// purgeEvery is how often the reaper deletes expired call records.
+	purgeEvery = time.Minute
 )
 
 // Start starts the agent's computer, or returns the one that is running.
@@ -88,13 +90,8 @@ func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) 
 	if err != nil {
 		return s.createFailed(context.WithoutCancel(ctx), p, x, err)
 	}
-	if err := s.bind(ctx, &x, m); err != nil {
-		return SessionView{}, err
-	}
-	if err := s.waitReady(ctx, x); err != nil {
-		log.Warn("computer did not become ready", "err", err)
-		s.endSession(context.WithoutCancel(ctx), x, "not ready: "+err.Error())
-		return SessionView{}, errorf(http.StatusBadGateway, CodeProvider, "the computer did not become ready within %s", s.cfg.ReadyTimeout)
+	if err := s.adopt(ctx, &x, m); err != nil {
+		return SessionView{}, s.adoptError(err)
 	}
 	log.Info("started", "machine", m.ID, "reserved", x.ReservedSeconds)
 	return s.view(x), nil
@@ -158,6 +155,32 @@ func (s *Service) bind(ctx context.Context, x *store.Session, m providers.Machin
 	return nil
 }
 
+// errNotReady: a machine was bound to its session but its daemon never
+// answered; the session has been ended and the machine is being removed.
+var errNotReady = errors.New("computer did not become ready")
+
+// adopt binds machine m to the starting or uncertain session x and waits for
+// its daemon. A machine that never answers ends the session (errNotReady).
+func (s *Service) adopt(ctx context.Context, x *store.Session, m providers.Machine) error {
+	if err := s.bind(ctx, x, m); err != nil {
+		return err
+	}
+	if err := s.waitReady(ctx, *x); err != nil {
+		s.log.Warn("computer did not become ready; ending its session", "session", x.ID, "machine", m.ID, "err", err)
+		s.endSession(context.WithoutCancel(ctx), *x, "not ready: "+err.Error())
+		return errNotReady
+	}
+	return nil
+}
+
+// adoptError is what a tool call answers when adopt failed.
+func (s *Service) adoptError(err error) error {
+	if errors.Is(err, errNotReady) {
+		return errorf(http.StatusBadGateway, CodeProvider, "the computer did not become ready within %s", s.cfg.ReadyTimeout)
+	}
+	return err
+}
+
 // definite reports whether a create error says for sure that no machine was
 // left behind.
 func definite(err error) bool {
@@ -182,12 +205,8 @@ func (s *Service) createFailed(ctx context.Context, p providers.Provider, x stor
 			for _, m := range ms {
 				if m.Labels[providers.LabelAttempt] == x.AttemptID {
 					log.Info("create reply lost; adopting the machine found by its attempt label", "machine", m.ID)
-					if err := s.bind(ctx, &x, m); err != nil {
-						return SessionView{}, err
-					}
-					if err := s.waitReady(ctx, x); err != nil {
-						s.endSession(ctx, x, "not ready: "+err.Error())
-						return SessionView{}, errorf(http.StatusBadGateway, CodeProvider, "the computer did not become ready")
+					if err := s.adopt(ctx, &x, m); err != nil {
+						return SessionView{}, s.adoptError(err)
 					}
 					return s.view(x), nil
 				}
@@ -454,8 +473,12 @@ func (s *Service) Reap(ctx context.Context) {
 		}
 	}
 	s.resolveOrphans(ctx)
-	if n, err := s.st.PurgeCalls(ctx, now.Add(-store.CallTTL)); err == nil && n > 0 {
-		s.log.Debug("purged call records", "n", n)
+	// Records live a day: deleting the expired ones once a minute is enough.
+	if now.Sub(s.lastPurge) >= purgeEvery {
+		s.lastPurge = now
+		if n, err := s.st.PurgeCalls(ctx, now.Add(-store.CallTTL)); err == nil && n > 0 {
+			s.log.Debug("purged call records", "n", n)
+		}
 	}
 }
 
@@ -526,13 +549,8 @@ func (s *Service) resolveStart(ctx context.Context, x store.Session, ms []provid
 			s.endSession(ctx, x, "the start was cut short; removing what it made")
 			return
 		}
-		if err := s.bind(ctx, &x, m); err != nil {
+		if err := s.adopt(ctx, &x, m); err != nil {
 			log.Warn("adopt orphaned start", "err", err)
-			return
-		}
-		if err := s.waitReady(ctx, x); err != nil {
-			log.Warn("adopted machine is not ready; ending the session", "machine", m.ID, "err", err)
-			s.endSession(ctx, x, "adopted machine not ready")
 			return
 		}
 		log.Info("adopted the machine of a start whose supervisor died", "machine", m.ID)

@@ -13,10 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,8 +84,9 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	reapMu   sync.Mutex // one reaper pass at a time in this process
-	instance string
+	reapMu    sync.Mutex // one reaper pass at a time in this process
+	lastPurge time.Time  // of call records, under reapMu
+	instance  string
 
 	depMu      sync.Mutex
 	deployment string
@@ -99,12 +101,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.DefaultProvider = "docker"
 	}
 	if _, ok := cfg.Providers[cfg.DefaultProvider]; !ok {
-		ids := make([]string, 0, len(cfg.Providers))
-		for id := range cfg.Providers {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		return nil, fmt.Errorf("supervisor: DEFAULT_PROVIDER %q is not configured (configured: %s)", cfg.DefaultProvider, strings.Join(ids, ", "))
+		return nil, fmt.Errorf("supervisor: DEFAULT_PROVIDER %q is not configured (configured: %s)",
+			cfg.DefaultProvider, strings.Join(slices.Sorted(maps.Keys(cfg.Providers)), ", "))
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -219,7 +217,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	}
 	p, ok := s.cfg.Providers[r.Provider]
 	if !ok {
-		return c, badRequest("provider: %q is not configured (configured: %s)", r.Provider, strings.Join(s.providerIDs(), ", "))
+		return c, badRequest("provider: %q is not configured (configured: %s)", r.Provider, strings.Join(slices.Sorted(maps.Keys(s.cfg.Providers)), ", "))
 	}
 	lease := DefaultLeaseSeconds
 	if r.LeaseSeconds != nil {
@@ -297,15 +295,6 @@ func (s *Service) computerEnv(computerID string) map[string]string {
 func (s *Service) EgressAuth(user, pass string) (string, bool) {
 	want := s.cfg.Tokens.Derive(token.Egress, user)
 	return user, user != "" && subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
-}
-
-func (s *Service) providerIDs() []string {
-	ids := make([]string, 0, len(s.cfg.Providers))
-	for id := range s.cfg.Providers {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 func (s *Service) agentErr(agent string, err error) error {

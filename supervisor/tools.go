@@ -20,13 +20,15 @@ const UncertainAdvice = "The command's result was lost (the computer or the link
 	"It may or may not have run, and it will not be re-run automatically. " +
 	"Inspect the computer (files, processes) before running a command that could repeat a side effect."
 
-// running returns the agent's running session with time left.
+// running returns the agent's running session with time left. It reads
+// the live session first, as every tool call does; the connection and the
+// agent are looked up only to say why there is none.
 func (s *Service) running(ctx context.Context, agent string) (store.Session, error) {
-	if _, err := s.connection(ctx, agent); err != nil {
-		return store.Session{}, err
-	}
 	x, err := s.st.LiveSession(ctx, agent)
 	if errors.Is(err, store.ErrNotFound) {
+		if _, cerr := s.connection(ctx, agent); cerr != nil {
+			return x, cerr
+		}
 		return x, errorf(http.StatusConflict, CodeNoSession, "agent %q has no running computer; call computer_start first", agent)
 	}
 	if err != nil {

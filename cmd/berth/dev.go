@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,7 +50,7 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	if def == "" {
 		def = "docker"
 	}
-	if len(ids) > 0 && !contains(ids, def) {
+	if len(ids) > 0 && !slices.Contains(ids, def) {
 		ids = append(ids, def)
 	}
 	blocked, err := egress.ParseBlockedCIDRs(os.Getenv("EGRESS_BLOCKED_CIDRS"))
@@ -69,15 +70,6 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 		DefaultProvider:     def,
 		Logger:              slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})),
 	}, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func newDevCmd() *cobra.Command {

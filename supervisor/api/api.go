@@ -91,6 +91,16 @@ func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// Protect serves next only to the holder of the operator token, answering
+// 401 like every other route otherwise.
+func (h *Handler) Protect(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.authorized(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
 // auth checks the operator token, then runs fn and writes its answer.
 func (h *Handler) auth(fn handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -166,32 +166,41 @@ func (s *Store) CreateAgent(ctx context.Context, a store.Agent) error {
 
 // GetAgent implements store.Store.
 func (s *Store) GetAgent(ctx context.Context, id string) (store.Agent, error) {
+	return s.getAgent(ctx, s.db, id)
+}
+
+const agentCols = `id, name, workspace, created_at`
+
+func scanAgent(row interface{ Scan(...any) error }) (store.Agent, error) {
 	var a store.Agent
 	var created int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT id, name, workspace, created_at FROM agents WHERE id = ?`), id).
-		Scan(&a.ID, &a.Name, &a.Workspace, &created)
+	err := row.Scan(&a.ID, &a.Name, &a.Workspace, &created)
+	a.CreatedAt = fromMS(created)
+	return a, err
+}
+
+// getAgent reads an agent with q: the database, or a transaction.
+func (s *Store) getAgent(ctx context.Context, q sqlQuerier, id string) (store.Agent, error) {
+	a, err := scanAgent(q.QueryRowContext(ctx, s.q(`SELECT `+agentCols+` FROM agents WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("agent %s: %w", id, store.ErrNotFound)
 	}
-	a.CreatedAt = fromMS(created)
 	return a, err
 }
 
 // AgentsIn implements store.Store.
 func (s *Store) AgentsIn(ctx context.Context, workspace string) ([]store.Agent, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, name, workspace, created_at FROM agents WHERE workspace = ? ORDER BY id`), workspace)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), workspace)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []store.Agent
 	for rows.Next() {
-		var a store.Agent
-		var created int64
-		if err := rows.Scan(&a.ID, &a.Name, &a.Workspace, &created); err != nil {
+		a, err := scanAgent(rows)
+		if err != nil {
 			return nil, err
 		}
-		a.CreatedAt = fromMS(created)
 		out = append(out, a)
 	}
 	return out, rows.Err()
@@ -332,7 +341,7 @@ func (s *Store) Reserve(ctx context.Context, r store.Reservation) (store.Session
 			out = live[0]
 			return store.ErrLive
 		}
-		a, err := scanAgentTx(ctx, s, tx, c.AgentID)
+		a, err := s.getAgent(ctx, tx, c.AgentID)
 		if err != nil {
 			return err
 		}
@@ -367,17 +376,6 @@ func (s *Store) Reserve(ctx context.Context, r store.Reservation) (store.Session
 		return nil
 	})
 	return out, err
-}
-
-func scanAgentTx(ctx context.Context, s *Store, tx *sql.Tx, id string) (store.Agent, error) {
-	var a store.Agent
-	var created int64
-	err := tx.QueryRowContext(ctx, s.q(`SELECT id, name, workspace, created_at FROM agents WHERE id = ?`), id).
-		Scan(&a.ID, &a.Name, &a.Workspace, &created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return a, fmt.Errorf("agent %s: %w", id, store.ErrNotFound)
-	}
-	return a, err
 }
 
 func sessArgs(x store.Session) []any {
