@@ -116,3 +116,62 @@ func (c Config) Get(name, def string) string {
 	}
 	return def
 }
+
+// CredentialChecker is a provider that validates a connection's credentials
+// before they are stored. It does not call the provider: the first start
+// proves them.
+type CredentialChecker interface {
+	CheckCredentials(map[string]string) error
+}
+
+type credentialsKey struct{}
+
+// WithCredentials returns a context that carries a connection's decrypted
+// credentials, for the calls that do not take a Spec (Destroy, List). The
+// supervisor sets it; providers read it with CredentialsFrom.
+func WithCredentials(ctx context.Context, credentials map[string]string) context.Context {
+	return context.WithValue(ctx, credentialsKey{}, credentials)
+}
+
+// CredentialsFrom returns the credentials WithCredentials put in ctx, or nil.
+func CredentialsFrom(ctx context.Context) map[string]string {
+	c, _ := ctx.Value(credentialsKey{}).(map[string]string)
+	return c
+}
+
+// Setting is one thing a provider is configured with: an environment
+// setting of the supervisor, or a credential of a connection.
+type Setting struct {
+	Name     string // SETTING_NAME, or the credential's key (apiKey)
+	Default  string // "" when none
+	Required bool
+	Secret   bool // never printed
+	Help     string
+}
+
+// Description says what a provider is and what it is configured with.
+type Description struct {
+	Summary string
+	// Settings are read from the supervisor's environment.
+	Settings []Setting
+	// Credentials are given with each connection (POST /v1/computers).
+	Credentials []Setting
+}
+
+// Missing returns the required settings that getenv leaves unset.
+func (d Description) Missing(getenv func(string) string) []string {
+	var out []string
+	for _, s := range d.Settings {
+		if s.Required && (getenv == nil || getenv(s.Name) == "") {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// Describer is a provider that describes its settings. Describe must work
+// on the zero value of the provider's type: the registry keeps one (see
+// Describe) so that `berth providers` can list providers it has not built.
+type Describer interface {
+	Describe() Description
+}

@@ -63,3 +63,25 @@ func New(id string, cfg Config) (Provider, error) {
 	}
 	return p, nil
 }
+
+var describers = map[string]Describer{}
+
+// Describe records d as the describer of the provider registered under id;
+// providers call it from init beside Register, usually with a nil pointer
+// of their type.
+func Describe(id string, d Describer) {
+	mu.Lock()
+	defer mu.Unlock()
+	describers[id] = d
+}
+
+// DescriptionOf returns the description of the provider id, if it has one.
+func DescriptionOf(id string) (Description, bool) {
+	mu.Lock()
+	d, ok := describers[id]
+	mu.Unlock()
+	if !ok {
+		return Description{}, false
+	}
+	return d.Describe(), true
+}

@@ -35,16 +35,27 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		if _, ok := p.(providers.Lister); !ok {
 			continue
 		}
-		ms, err := s.listMachines(ctx, id)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rep.Machines += len(ms)
+		// Each account in use is listed with its own credentials.
 		seen := map[string]bool{}
-		for _, m := range ms {
-			seen[m.ID] = true
-			s.reconcileMachine(ctx, p, id, m, &rep)
+		failed := false
+		for _, cctx := range s.credentialSets(ctx, id) {
+			ms, err := s.listMachines(cctx, id)
+			if err != nil {
+				errs = append(errs, err)
+				failed = true
+				continue
+			}
+			for _, m := range ms {
+				if seen[m.ID] {
+					continue
+				}
+				seen[m.ID] = true
+				rep.Machines++
+				s.reconcileMachine(cctx, p, id, m, &rep)
+			}
+		}
+		if failed {
+			continue // a session's machine may be in the account that failed
 		}
 		for _, x := range running {
 			if x.Provider != id || seen[x.MachineID] || !s.claim(ctx, x, reapClaim) {

@@ -200,7 +200,7 @@ func (s *Service) createFailed(ctx context.Context, p providers.Provider, x stor
 		return SessionView{}, providerError(cerr)
 	}
 	if l, ok := p.(providers.Lister); ok {
-		ms, lerr := l.List(ctx)
+		ms, lerr := l.List(s.withCredentials(ctx, x.AgentID))
 		if lerr == nil {
 			for _, m := range ms {
 				if m.Labels[providers.LabelAttempt] == x.AttemptID {
@@ -345,7 +345,7 @@ func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
 	if x.MachineID != "" {
 		var p providers.Provider
 		if p, err = s.provider(x.Provider); err == nil {
-			dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			dctx, cancel := context.WithTimeout(s.withCredentials(ctx, x.AgentID), 2*time.Minute)
 			err = p.Destroy(dctx, x.MachineID)
 			cancel()
 			if errors.Is(err, providers.ErrNotFound) {
@@ -526,10 +526,13 @@ func (s *Service) resolveOrphans(ctx context.Context) {
 		if listed == nil {
 			listed = map[string][]providers.Machine{}
 		}
-		ms, ok := listed[x.Provider]
+		// Listed with the session's own credentials: hosted providers
+		// list one account at a time.
+		key := x.Provider + "\x00" + x.AgentID
+		ms, ok := listed[key]
 		if !ok {
-			ms, _ = s.listMachines(ctx, x.Provider)
-			listed[x.Provider] = ms
+			ms, _ = s.listMachines(s.withCredentials(ctx, x.AgentID), x.Provider)
+			listed[key] = ms
 		}
 		s.resolveStart(ctx, x, ms)
 	}
