@@ -204,7 +204,7 @@ func (s *Server) workDir(dir string) (string, error) {
 }
 
 // hiddenEnv are computerd's own settings, never passed to commands.
-var hiddenEnv = []string{computerd.EnvTokenHash, computerd.EnvComputerID}
+var hiddenEnv = []string{computerd.EnvTokenHash, computerd.EnvComputerID, computerd.EnvBindHash}
 
 // environ returns a command's environment: computerd's own, without its
 // settings, with HOME set, and extra on top.
@@ -217,6 +217,9 @@ func (s *Server) environ(extra map[string]string) ([]string, error) {
 		}
 	}
 	env["HOME"] = s.cfg.Home
+	for k, v := range s.boundEnv() {
+		env[k] = v
+	}
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, badRequest("env: invalid name %q", k)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type Config struct {
 	// TokenHash is the hex SHA-256 of the only token accepted on /v1.
 	// An empty hash accepts nothing.
 	TokenHash string
+	// BindHash, when TokenHash is empty, is the hex SHA-256 of a one-time
+	// bind secret: the server waits unbound, serving only health and
+	// POST /v1/bind, until the holder of that secret binds it (bind.go).
+	BindHash string
 	// Home is the folder commands start in and relative paths resolve
 	// against (default computerd.Home).
 	Home string
@@ -53,6 +58,7 @@ type Server struct {
 	grace   time.Duration
 	maxList int // entries of one listing, computerd.MaxListEntries
 	mux     *http.ServeMux
+	binding atomic.Pointer[binding] // nil until bound; see bind.go
 
 	// mu guards the fields below. It is held across starting a child so
 	// that ReapOrphans never reaps a child that exec is about to wait for.
@@ -81,6 +87,9 @@ func New(cfg Config) *Server {
 	if s.grace <= 0 {
 		s.grace = DefaultOutputGrace
 	}
+	if cfg.TokenHash != "" {
+		s.binding.Store(&binding{tokenHash: cfg.TokenHash})
+	}
 	s.routes()
 	return s
 }
@@ -91,6 +100,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) routes() {
 	s.route("/healthz", "GET", s.handleHealth, false)
+	s.route("/v1/bind", "POST", s.handleBind, false)
 	s.route("/v1/exec", "POST", s.handleExec, true)
 	s.route("/v1/exec/stream", "GET", s.handleStream, true)
 	s.route("/v1/files/read", "GET", s.handleRead, true)
@@ -121,7 +131,11 @@ func (s *Server) route(path, method string, h handlerFunc, auth bool) {
 func (s *Server) wrap(h handlerFunc, auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if auth && !s.authorized(r) {
-			writeError(w, errorf(http.StatusUnauthorized, computerd.CodeUnauthorized, "missing or wrong bearer token"))
+			msg := "missing or wrong bearer token"
+			if !s.Bound() {
+				msg = "this computer is not bound to a session: it serves only health and bind"
+			}
+			writeError(w, errorf(http.StatusUnauthorized, computerd.CodeUnauthorized, "%s", msg))
 			return
 		}
 		err := h(w, r)
@@ -152,7 +166,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.TokenHash == "" {
+	want := s.tokenHash()
+	if want == "" {
 		return false
 	}
 	h := r.Header.Get("Authorization")
@@ -160,7 +175,7 @@ func (s *Server) authorized(r *http.Request) bool {
 	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
 		return false
 	}
-	return token.Check(strings.TrimSpace(h[len(prefix):]), s.cfg.TokenHash)
+	return token.Check(strings.TrimSpace(h[len(prefix):]), want)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {

@@ -48,11 +48,18 @@ func main() {
 
 func run(log *slog.Logger) error {
 	hash := os.Getenv(computerd.EnvTokenHash)
+	bindHash := os.Getenv(computerd.EnvBindHash)
 	id := os.Getenv(computerd.EnvComputerID)
 	// Commands inherit computerd's environment: they must not see these.
 	os.Unsetenv(computerd.EnvTokenHash)
+	os.Unsetenv(computerd.EnvBindHash)
 	os.Unsetenv(computerd.EnvComputerID)
-	if b, err := hex.DecodeString(hash); err != nil || len(b) != 32 {
+	if hash == "" && bindHash != "" {
+		// A warm-pool computer: it waits for its one bind.
+		if b, err := hex.DecodeString(bindHash); err != nil || len(b) != 32 {
+			return fmt.Errorf("%s must hold the hex SHA-256 of the computer's bind secret", computerd.EnvBindHash)
+		}
+	} else if b, err := hex.DecodeString(hash); err != nil || len(b) != 32 {
 		return fmt.Errorf("%s must hold the hex SHA-256 of the computer's token", computerd.EnvTokenHash)
 	}
 	addr := cmp.Or(os.Getenv(computerd.EnvListen), fmt.Sprintf(":%d", computerd.Port))
@@ -63,7 +70,7 @@ func run(log *slog.Logger) error {
 	tuneMemory()
 
 	log = log.With("computer", id)
-	srv := server.New(server.Config{TokenHash: hash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log})
+	srv := server.New(server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
