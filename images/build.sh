@@ -6,8 +6,10 @@
 #   berth/debian-base:bookworm  debootstrap minbase, trimmed, imported
 #   berth/headless:latest       the base plus shell tools, git, Python,
 #                               Node.js, Chromium, agent-browser, computerd
+#   berth/desktop:latest        headless plus Xvfb, openbox, at-spi2, xdotool,
+#                               mousepad, xterm and ffmpeg (live view)
 #
-# Usage: images/build.sh [test|headless|all]    (default: all)
+# Usage: images/build.sh [test|headless|desktop|all]    (default: all)
 #
 # Every image is labelled dev.berth.inputs=<sha256 of what it is built from:
 # its build context (Dockerfile, files, computerd) and base image id, or for
@@ -41,6 +43,7 @@ readonly LABEL=dev.berth.inputs
 readonly TEST_TAG=berth/test:latest
 readonly BASE_TAG=berth/debian-base:$SUITE
 readonly HEADLESS_TAG=berth/headless:latest
+readonly DESKTOP_TAG=berth/desktop:latest
 
 CACHE=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/berth/images}
 FORCE=${BERTH_IMAGES_FORCE:-0}
@@ -452,10 +455,35 @@ build_headless() {
 	record "$HEADLESS_TAG" built "$took"
 }
 
+build_desktop() {
+	build_headless
+
+	local ctx hash base old t took
+	base=$(image_id "$HEADLESS_TAG")
+	tmpdir ctx desktop
+	put "$IMAGES/desktop/Dockerfile" "$ctx/Dockerfile"
+	put_tree "$IMAGES/desktop/rootfs" "$ctx/rootfs"
+	hash=$(printf 'image=desktop\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
+
+	if up_to_date "$DESKTOP_TAG" "$hash"; then
+		log "$DESKTOP_TAG is up to date (inputs ${hash:0:12}), skipped"
+		record "$DESKTOP_TAG" skipped -
+		return
+	fi
+	log "building $DESKTOP_TAG (inputs ${hash:0:12}) from $HEADLESS_TAG"
+	old=$(image_id "$DESKTOP_TAG")
+	t=$EPOCHREALTIME
+	docker_build desktop "$DESKTOP_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$HEADLESS_TAG"
+	took=$(since "$t")
+	retire "$old" "$DESKTOP_TAG"
+	log "built $DESKTOP_TAG in $took ($(image_size "$DESKTOP_TAG"))"
+	record "$DESKTOP_TAG" built "$took"
+}
+
 main() {
 	local what=${1:-all}
 	case $what in
-	test | headless | all) ;;
+	test | headless | desktop | all) ;;
 	-h | --help | help) usage 0 ;;
 	*) usage ;;
 	esac
@@ -470,7 +498,8 @@ main() {
 	case $what in
 	test) build_test ;;
 	headless) build_headless ;;
-	all) build_test && build_headless ;;
+	desktop) build_desktop ;;
+	all) build_test && build_desktop ;;
 	esac
 
 	printf '\n%-28s %-8s %8s  %8s  %s\n' image result time size id
