@@ -98,6 +98,12 @@ type Reservation struct {
 	Now     time.Time // the reservation's time; Day derives from it
 	// MinSeconds is the shortest session worth starting.
 	MinSeconds int
+	// PoolOwner, when set, also claims the oldest waiting pool member of
+	// the connection's provider and the session's image that PoolOwner
+	// made (see Pool). The session then takes that member's ComputerID,
+	// AttemptID, MachineID and Endpoint; with none waiting it keeps its own
+	// and has no MachineID.
+	PoolOwner string
 }
 
 // UsageRow is the session time of one provider or workspace.
@@ -151,6 +157,7 @@ type Store interface {
 
 	Calls
 	Pairing
+	Pool
 	Close() error
 }
 

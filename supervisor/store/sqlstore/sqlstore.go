@@ -367,6 +367,15 @@ func (s *Store) Reserve(ctx context.Context, r store.Reservation) (store.Session
 		x.ReservedSeconds = grant
 		x.CreatedAt = r.Now.UTC()
 		x.ExpiresAt = r.Now.Add(time.Duration(grant) * time.Second).UTC()
+		if r.PoolOwner != "" {
+			m, ok, err := s.claimPoolMember(ctx, tx, x.Provider, x.Image, r.PoolOwner, x.ID, r.Now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				x.ComputerID, x.AttemptID, x.MachineID, x.Endpoint = m.ComputerID, m.AttemptID, m.MachineID, m.Endpoint
+			}
+		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO sessions (`+sessCols+`)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), sessArgs(x)...)
 		if err != nil {

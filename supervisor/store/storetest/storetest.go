@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentReserve", testConcurrentReserve},
 		{"ConcurrentBeginCall", testConcurrentBeginCall},
 		{"Pairing", testPairing}, {"PairCodeExpiry", testPairCodeExpiry}, {"ConcurrentRedeem", testConcurrentRedeem},
+		{"Pool", testPool}, {"ConcurrentPoolClaim", testConcurrentPoolClaim},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

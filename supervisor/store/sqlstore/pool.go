@@ -1,0 +1,128 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+const poolCols = `machine_id, provider, image, computer_id, attempt_id, endpoint, owner, state, session_id, created_at, claimed_at`
+
+func scanPoolMember(row interface{ Scan(...any) error }) (store.PoolMember, error) {
+	var m store.PoolMember
+	var created, claimed int64
+	err := row.Scan(&m.MachineID, &m.Provider, &m.Image, &m.ComputerID, &m.AttemptID, &m.Endpoint, &m.Owner,
+		&m.State, &m.SessionID, &created, &claimed)
+	m.CreatedAt, m.ClaimedAt = fromMS(created), fromMS(claimed)
+	return m, err
+}
+
+// AddPoolMember implements store.Pool.
+func (s *Store) AddPoolMember(ctx context.Context, m store.PoolMember) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO pool_members (`+poolCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		m.MachineID, m.Provider, m.Image, m.ComputerID, m.AttemptID, m.Endpoint, m.Owner, m.State, m.SessionID,
+		ms(m.CreatedAt), ms(m.ClaimedAt))
+	if isUnique(err) {
+		return fmt.Errorf("pool member %s: %w", m.MachineID, store.ErrConflict)
+	}
+	return err
+}
+
+// UpdatePoolMember implements store.Pool.
+func (s *Store) UpdatePoolMember(ctx context.Context, m store.PoolMember, from string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE pool_members SET state = ?, endpoint = ? WHERE machine_id = ? AND state = ?`),
+		m.State, m.Endpoint, m.MachineID, from)
+	if err != nil {
+		return fmt.Errorf("update pool member %s: %w", m.MachineID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return s.poolMiss(ctx, m.MachineID, from)
+	}
+	return nil
+}
+
+// DeletePoolMember implements store.Pool.
+func (s *Store) DeletePoolMember(ctx context.Context, machineID, state string) error {
+	query, args := `DELETE FROM pool_members WHERE machine_id = ?`, []any{machineID}
+	if state != "" {
+		query += ` AND state = ?`
+		args = append(args, state)
+	}
+	res, err := s.db.ExecContext(ctx, s.q(query), args...)
+	if err != nil {
+		return fmt.Errorf("delete pool member %s: %w", machineID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return s.poolMiss(ctx, machineID, state)
+	}
+	return nil
+}
+
+// poolMiss explains why a write to a member touched no row.
+func (s *Store) poolMiss(ctx context.Context, machineID, state string) error {
+	if _, err := s.GetPoolMember(ctx, machineID); err != nil {
+		return err
+	}
+	return fmt.Errorf("pool member %s not %s: %w", machineID, state, store.ErrStale)
+}
+
+// GetPoolMember implements store.Pool.
+func (s *Store) GetPoolMember(ctx context.Context, machineID string) (store.PoolMember, error) {
+	m, err := scanPoolMember(s.db.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members WHERE machine_id = ?`), machineID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, fmt.Errorf("pool member %s: %w", machineID, store.ErrNotFound)
+	}
+	return m, err
+}
+
+// PoolMembers implements store.Pool.
+func (s *Store) PoolMembers(ctx context.Context) ([]store.PoolMember, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, machine_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.PoolMember
+	for rows.Next() {
+		m, err := scanPoolMember(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// claimPoolMember claims, inside a reservation's transaction, the oldest
+// waiting member of provider and image that owner made. SQLite has one
+// writer at a time; on PostgreSQL concurrent reservations skip the rows
+// another one has locked, so each claims a different member.
+func (s *Store) claimPoolMember(ctx context.Context, tx *sql.Tx, provider, image, owner, sessionID string, now time.Time) (store.PoolMember, bool, error) {
+	lock := ""
+	if s.dialect == postgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	m, err := scanPoolMember(tx.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members
+		WHERE provider = ? AND image = ? AND owner = ? AND state = ?
+		ORDER BY created_at, machine_id LIMIT 1`+lock), provider, image, owner, store.PoolWaiting))
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, false, nil
+	}
+	if err != nil {
+		return m, false, fmt.Errorf("claim pool member: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE pool_members SET state = ?, session_id = ?, claimed_at = ?
+		WHERE machine_id = ? AND state = ?`), store.PoolClaimed, sessionID, ms(now), m.MachineID, store.PoolWaiting)
+	if err != nil {
+		return m, false, fmt.Errorf("claim pool member %s: %w", m.MachineID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return m, false, nil // taken between the read and the write
+	}
+	m.State, m.SessionID, m.ClaimedAt = store.PoolClaimed, sessionID, now.UTC()
+	return m, true, nil
+}
