@@ -5,10 +5,12 @@
 package fake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -103,6 +105,14 @@ func (p *Provider) SetFaults(f Faults) {
 	p.faults = f
 }
 
+// UpdateFaults changes the scripted faults in place, keeping the counters
+// that f leaves alone.
+func (p *Provider) UpdateFaults(f func(*Faults)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.faults)
+}
+
 // Counts returns how many creates and destroys were called.
 func (p *Provider) Counts() (creates, destroys int) {
 	p.mu.Lock()
@@ -154,6 +164,8 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake"})
 	if instant {
 		h = instantExec{next: h, tokenHash: spec.TokenHash}
+	} else if len(spec.Env) > 0 {
+		h = withEnv{next: h, env: spec.Env}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
@@ -220,12 +232,45 @@ func (p *Provider) Home(machineID string) string {
 	return ""
 }
 
-// Close destroys every machine.
+// Close destroys every machine, whatever faults are still scripted.
 func (p *Provider) Close() {
+	p.SetFaults(Faults{})
 	ms, _ := p.List(context.Background())
 	for _, m := range ms {
 		p.Destroy(context.Background(), m.ID)
 	}
+}
+
+// withEnv gives buffered execs the machine's environment (Spec.Env), as a
+// real computer's processes inherit it; a request's own variables win.
+type withEnv struct {
+	next http.Handler
+	env  map[string]string
+}
+
+func (h withEnv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/exec" {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	var req computerd.ExecRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&req); err != nil {
+		http.Error(w, `{"error":{"code":"bad_request","message":"bad body"}}`, http.StatusBadRequest)
+		return
+	}
+	env := make(map[string]string, len(h.env)+len(req.Env))
+	for k, v := range h.env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	req.Env = env
+	body, _ := json.Marshal(req)
+	r2 := r.Clone(r.Context())
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.ContentLength = int64(len(body))
+	h.next.ServeHTTP(w, r2)
 }
 
 // instantExec answers exec requests itself and passes the rest on.
