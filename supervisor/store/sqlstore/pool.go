@@ -10,12 +10,12 @@ import (
 	"github.com/berthdev/berth/supervisor/store"
 )
 
-const poolCols = `machine_id, provider, image, computer_id, attempt_id, endpoint, owner, state, session_id, created_at, claimed_at`
+const poolCols = `computer_id, machine_id, provider, image, attempt_id, endpoint, owner, state, session_id, created_at, claimed_at`
 
 func scanPoolMember(row interface{ Scan(...any) error }) (store.PoolMember, error) {
 	var m store.PoolMember
 	var created, claimed int64
-	err := row.Scan(&m.MachineID, &m.Provider, &m.Image, &m.ComputerID, &m.AttemptID, &m.Endpoint, &m.Owner,
+	err := row.Scan(&m.ComputerID, &m.MachineID, &m.Provider, &m.Image, &m.AttemptID, &m.Endpoint, &m.Owner,
 		&m.State, &m.SessionID, &created, &claimed)
 	m.CreatedAt, m.ClaimedAt = fromMS(created), fromMS(claimed)
 	return m, err
@@ -24,64 +24,64 @@ func scanPoolMember(row interface{ Scan(...any) error }) (store.PoolMember, erro
 // AddPoolMember implements store.Pool.
 func (s *Store) AddPoolMember(ctx context.Context, m store.PoolMember) error {
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO pool_members (`+poolCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		m.MachineID, m.Provider, m.Image, m.ComputerID, m.AttemptID, m.Endpoint, m.Owner, m.State, m.SessionID,
+		m.ComputerID, m.MachineID, m.Provider, m.Image, m.AttemptID, m.Endpoint, m.Owner, m.State, m.SessionID,
 		ms(m.CreatedAt), ms(m.ClaimedAt))
 	if isUnique(err) {
-		return fmt.Errorf("pool member %s: %w", m.MachineID, store.ErrConflict)
+		return fmt.Errorf("pool member %s: %w", m.ComputerID, store.ErrConflict)
 	}
 	return err
 }
 
 // UpdatePoolMember implements store.Pool.
 func (s *Store) UpdatePoolMember(ctx context.Context, m store.PoolMember, from string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE pool_members SET state = ?, endpoint = ? WHERE machine_id = ? AND state = ?`),
-		m.State, m.Endpoint, m.MachineID, from)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE pool_members SET state = ?, machine_id = ?, endpoint = ? WHERE computer_id = ? AND state = ?`),
+		m.State, m.MachineID, m.Endpoint, m.ComputerID, from)
 	if err != nil {
-		return fmt.Errorf("update pool member %s: %w", m.MachineID, err)
+		return fmt.Errorf("update pool member %s: %w", m.ComputerID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return s.poolMiss(ctx, m.MachineID, from)
+		return s.poolMiss(ctx, m.ComputerID, from)
 	}
 	return nil
 }
 
 // DeletePoolMember implements store.Pool.
-func (s *Store) DeletePoolMember(ctx context.Context, machineID, state string) error {
-	query, args := `DELETE FROM pool_members WHERE machine_id = ?`, []any{machineID}
+func (s *Store) DeletePoolMember(ctx context.Context, computerID, state string) error {
+	query, args := `DELETE FROM pool_members WHERE computer_id = ?`, []any{computerID}
 	if state != "" {
 		query += ` AND state = ?`
 		args = append(args, state)
 	}
 	res, err := s.db.ExecContext(ctx, s.q(query), args...)
 	if err != nil {
-		return fmt.Errorf("delete pool member %s: %w", machineID, err)
+		return fmt.Errorf("delete pool member %s: %w", computerID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return s.poolMiss(ctx, machineID, state)
+		return s.poolMiss(ctx, computerID, state)
 	}
 	return nil
 }
 
 // poolMiss explains why a write to a member touched no row.
-func (s *Store) poolMiss(ctx context.Context, machineID, state string) error {
-	if _, err := s.GetPoolMember(ctx, machineID); err != nil {
+func (s *Store) poolMiss(ctx context.Context, computerID, state string) error {
+	if _, err := s.GetPoolMember(ctx, computerID); err != nil {
 		return err
 	}
-	return fmt.Errorf("pool member %s not %s: %w", machineID, state, store.ErrStale)
+	return fmt.Errorf("pool member %s not %s: %w", computerID, state, store.ErrStale)
 }
 
 // GetPoolMember implements store.Pool.
-func (s *Store) GetPoolMember(ctx context.Context, machineID string) (store.PoolMember, error) {
-	m, err := scanPoolMember(s.db.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members WHERE machine_id = ?`), machineID))
+func (s *Store) GetPoolMember(ctx context.Context, computerID string) (store.PoolMember, error) {
+	m, err := scanPoolMember(s.db.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members WHERE computer_id = ?`), computerID))
 	if errors.Is(err, sql.ErrNoRows) {
-		return m, fmt.Errorf("pool member %s: %w", machineID, store.ErrNotFound)
+		return m, fmt.Errorf("pool member %s: %w", computerID, store.ErrNotFound)
 	}
 	return m, err
 }
 
 // PoolMembers implements store.Pool.
 func (s *Store) PoolMembers(ctx context.Context) ([]store.PoolMember, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, machine_id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, computer_id`)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Store) claimPoolMember(ctx context.Context, tx *sql.Tx, provider, image
 	}
 	m, err := scanPoolMember(tx.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members
 		WHERE provider = ? AND image = ? AND owner = ? AND state = ?
-		ORDER BY created_at, machine_id LIMIT 1`+lock), provider, image, owner, store.PoolWaiting))
+		ORDER BY created_at, computer_id LIMIT 1`+lock), provider, image, owner, store.PoolWaiting))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, false, nil
 	}
@@ -116,9 +116,9 @@ func (s *Store) claimPoolMember(ctx context.Context, tx *sql.Tx, provider, image
 		return m, false, fmt.Errorf("claim pool member: %w", err)
 	}
 	res, err := tx.ExecContext(ctx, s.q(`UPDATE pool_members SET state = ?, session_id = ?, claimed_at = ?
-		WHERE machine_id = ? AND state = ?`), store.PoolClaimed, sessionID, ms(now), m.MachineID, store.PoolWaiting)
+		WHERE computer_id = ? AND state = ?`), store.PoolClaimed, sessionID, ms(now), m.ComputerID, store.PoolWaiting)
 	if err != nil {
-		return m, false, fmt.Errorf("claim pool member %s: %w", m.MachineID, err)
+		return m, false, fmt.Errorf("claim pool member %s: %w", m.ComputerID, err)
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return m, false, nil // taken between the read and the write

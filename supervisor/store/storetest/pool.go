@@ -12,7 +12,7 @@ import (
 
 func poolMember(id, owner string, created time.Time) store.PoolMember {
 	return store.PoolMember{
-		MachineID: "berth-c-" + id, Provider: "docker", Image: "headless", ComputerID: id,
+		ComputerID: id, Provider: "docker", Image: "headless",
 		AttemptID: "pa-" + id, Owner: owner, State: store.PoolCreating, CreatedAt: created,
 	}
 }
@@ -22,11 +22,11 @@ func addWaiting(t *testing.T, s store.Store, m store.PoolMember) store.PoolMembe
 	t.Helper()
 	ctx := testContext(t)
 	if err := s.AddPoolMember(ctx, m); err != nil {
-		t.Fatalf("add pool member %s: %v", m.MachineID, err)
+		t.Fatalf("add pool member %s: %v", m.ComputerID, err)
 	}
-	m.State, m.Endpoint = store.PoolWaiting, "http://10.0.0.1:7070/"+m.ComputerID
+	m.State, m.MachineID, m.Endpoint = store.PoolWaiting, "berth-c-"+m.ComputerID, "http://10.0.0.1:7070/"+m.ComputerID
 	if err := s.UpdatePoolMember(ctx, m, store.PoolCreating); err != nil {
-		t.Fatalf("pool member %s creating -> waiting: %v", m.MachineID, err)
+		t.Fatalf("pool member %s creating -> waiting: %v", m.ComputerID, err)
 	}
 	return m
 }
@@ -54,10 +54,10 @@ func testPool(t *testing.T, s store.Store) {
 	if err := s.AddPoolMember(ctx, poolMember("older", "i1", at(0))); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("add a member twice: %v, want ErrConflict", err)
 	}
-	if err := s.UpdatePoolMember(ctx, store.PoolMember{MachineID: older.MachineID, State: store.PoolWaiting}, store.PoolCreating); !errors.Is(err, store.ErrStale) {
+	if err := s.UpdatePoolMember(ctx, store.PoolMember{ComputerID: older.ComputerID, State: store.PoolWaiting}, store.PoolCreating); !errors.Is(err, store.ErrStale) {
 		t.Errorf("update from a state the member left: %v, want ErrStale", err)
 	}
-	if err := s.UpdatePoolMember(ctx, store.PoolMember{MachineID: "nope", State: store.PoolWaiting}, store.PoolCreating); !errors.Is(err, store.ErrNotFound) {
+	if err := s.UpdatePoolMember(ctx, store.PoolMember{ComputerID: "nope", State: store.PoolWaiting}, store.PoolCreating); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("update of an unknown member: %v, want ErrNotFound", err)
 	}
 
@@ -78,7 +78,7 @@ func testPool(t *testing.T, s store.Store) {
 		t.Fatalf("first claim: session %+v, want the oldest waiting member %s (%s)", x, older.MachineID, d)
 	}
 	checkStored(t, s, x)
-	got, err := s.GetPoolMember(ctx, older.MachineID)
+	got, err := s.GetPoolMember(ctx, older.ComputerID)
 	if err != nil || got.State != store.PoolClaimed || got.SessionID != "s1" || !got.ClaimedAt.Equal(at(time.Minute)) {
 		t.Fatalf("claimed member: %+v %v, want claimed by s1 at %s", got, err, at(time.Minute))
 	}
@@ -119,19 +119,19 @@ func testPool(t *testing.T, s store.Store) {
 	}
 
 	// Deletes: only in the named state, or in any.
-	if err := s.DeletePoolMember(ctx, older.MachineID, store.PoolWaiting); !errors.Is(err, store.ErrStale) {
+	if err := s.DeletePoolMember(ctx, older.ComputerID, store.PoolWaiting); !errors.Is(err, store.ErrStale) {
 		t.Errorf("delete a claimed member as waiting: %v, want ErrStale", err)
 	}
-	if err := s.DeletePoolMember(ctx, older.MachineID, ""); err != nil {
+	if err := s.DeletePoolMember(ctx, older.ComputerID, ""); err != nil {
 		t.Errorf("delete a claimed member: %v", err)
 	}
-	if err := s.DeletePoolMember(ctx, older.MachineID, ""); !errors.Is(err, store.ErrNotFound) {
+	if err := s.DeletePoolMember(ctx, older.ComputerID, ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("delete a deleted member: %v, want ErrNotFound", err)
 	}
-	if _, err := s.GetPoolMember(ctx, older.MachineID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetPoolMember(ctx, older.ComputerID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("get a deleted member: %v, want ErrNotFound", err)
 	}
-	if err := s.DeletePoolMember(ctx, "berth-c-spare", store.PoolWaiting); err != nil {
+	if err := s.DeletePoolMember(ctx, "spare", store.PoolWaiting); err != nil {
 		t.Errorf("delete a waiting member: %v", err)
 	}
 }

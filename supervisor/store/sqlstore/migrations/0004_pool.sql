@@ -1,8 +1,8 @@
 CREATE TABLE pool_members (
-	machine_id  TEXT PRIMARY KEY,
+	computer_id TEXT PRIMARY KEY,
+	machine_id  TEXT NOT NULL DEFAULT '',
 	provider    TEXT NOT NULL,
 	image       TEXT NOT NULL,
-	computer_id TEXT NOT NULL,
 	attempt_id  TEXT NOT NULL,
 	endpoint    TEXT NOT NULL DEFAULT '',
 	owner       TEXT NOT NULL,
