@@ -1,0 +1,48 @@
+package agentlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/supervisor/client"
+)
+
+// Paired is the outcome of a pairing: the machine's agent id at the
+// supervisor and where its token was kept. The token itself is not part
+// of it.
+type Paired struct {
+	AgentID       string
+	SupervisorURL string
+	// StoredIn is credstore.InKeyring or credstore.InFile.
+	StoredIn string
+}
+
+// Pair exchanges a one-time pairing code at the supervisor for this
+// machine's agent id and token, and keeps them in store. Nothing is stored
+// when the supervisor refuses.
+func Pair(ctx context.Context, store *credstore.Store, supervisorURL, code, name, userAgent string) (Paired, error) {
+	supervisorURL = strings.TrimSpace(supervisorURL)
+	code = strings.TrimSpace(code)
+	if supervisorURL == "" {
+		return Paired{}, errors.New("supervisor URL: required, like https://berth.example.com")
+	}
+	if code == "" {
+		return Paired{}, errors.New("pairing code: required, like ABCD-EFGH-JK")
+	}
+	c, err := client.New(supervisorURL, "", client.WithUserAgent(userAgent))
+	if err != nil {
+		return Paired{}, fmt.Errorf("supervisor URL: %w", err)
+	}
+	p, err := c.Pair(ctx, code, name)
+	if err != nil {
+		return Paired{}, fmt.Errorf("pair: %w", err)
+	}
+	where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL()})
+	if err != nil {
+		return Paired{}, fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
+	}
+	return Paired{AgentID: p.AgentID, SupervisorURL: c.BaseURL(), StoredIn: where}, nil
+}
