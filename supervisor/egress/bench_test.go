@@ -183,7 +183,7 @@ func heapAndStacks() int64 {
 
 // newSourceServer serves, on each connection, as many bytes as each
 // 8-byte big-endian request asks for.
-func newSourceServer(b *testing.B) net.Listener {
+func newSourceServer(b testing.TB) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

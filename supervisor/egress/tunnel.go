@@ -70,18 +70,17 @@ type tunnel struct {
 	rec        *record
 	client, up net.Conn
 	sniff      *stratumSniffer // nil unless abuse checks are on
-	last       atomic.Int64    // clock time of the last byte either way, in ns
+	last       atomic.Int64    // clock time of the last byte copied in user space, in ns
 	endOnce    sync.Once
 }
 
 func (t *tunnel) run(ctx context.Context, early []byte) {
 	t.touch()
-	wake := t.p.clock.After(t.p.cfg.IdleTimeout)
 	done := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		t.watch(ctx, done, wake)
+		t.watch(ctx, done)
 	}()
 	downErr := make(chan error, 1)
 	go func() {
@@ -124,7 +123,26 @@ func (t *tunnel) pipeUp(early []byte) error {
 }
 
 // pipe copies src to dst until src ends. It returns nil at a clean end.
-func (t *tunnel) pipe(dst net.Conn, src io.Reader, add func(int), sniff *stratumSniffer) error {
+// Between two TCP connections the bytes are spliced in the kernel, once
+// the sniffer (if any) has seen what it needs.
+func (t *tunnel) pipe(dst, src net.Conn, add func(int), sniff *stratumSniffer) error {
+	if sniff != nil {
+		ended, err := t.copy(dst, src, add, sniff)
+		if ended {
+			return err
+		}
+	}
+	if d, s, ok := spliceable(dst, src); ok {
+		return t.splice(d, s, add)
+	}
+	_, err := t.copy(dst, src, add, nil)
+	return err
+}
+
+// copy moves bytes through user space until src ends (ended is true, err
+// nil at a clean end) or, with a sniffer, until the sniffer has decided
+// that the tunnel is not stratum (ended is false).
+func (t *tunnel) copy(dst net.Conn, src io.Reader, add func(int), sniff *stratumSniffer) (ended bool, err error) {
 	small := make([]byte, smallBufferSize)
 	buf := small
 	var large *[]byte
@@ -138,19 +156,22 @@ func (t *tunnel) pipe(dst net.Conn, src io.Reader, add func(int), sniff *stratum
 		if n > 0 {
 			t.touch()
 			if sniff != nil && sniff.feed(buf[:n]) {
-				return errStratum
+				return true, errStratum
 			}
 			wn, werr := dst.Write(buf[:n])
 			add(wn)
 			if werr != nil {
-				return werr
+				return true, werr
 			}
 		}
 		if rerr == io.EOF {
-			return nil
+			return true, nil
 		}
 		if rerr != nil {
-			return rerr
+			return true, rerr
+		}
+		if sniff != nil && sniff.done {
+			return false, nil
 		}
 		switch {
 		case large == nil && n == len(buf):
@@ -174,13 +195,20 @@ func (t *tunnel) finishDirection(dst net.Conn, err error) {
 	t.end("")
 }
 
-// touch notes that a byte moved.
+// touch notes that a byte moved through user space.
 func (t *tunnel) touch() { t.last.Store(t.p.clock.Now().UnixNano()) }
 
 // watch closes the tunnel when it has been idle for IdleTimeout or ctx
-// ends, until done is closed.
-func (t *tunnel) watch(ctx context.Context, done <-chan struct{}, wake <-chan time.Time) {
+// ends, until done is closed. A splice gives no sign of progress until its
+// chunk is done, so besides the bytes copied in user space, watch reads
+// the kernel's counters of both sockets (bytes received, and bytes sent
+// and acknowledged) every quarter of the timeout: a tunnel is idle when
+// neither has moved for IdleTimeout.
+func (t *tunnel) watch(ctx context.Context, done <-chan struct{}) {
 	idle := t.p.cfg.IdleTimeout
+	poll := max(idle/4, time.Millisecond)
+	moved, _ := kernelBytes(t.client, t.up)
+	wake := t.p.clock.After(poll)
 	for {
 		select {
 		case <-done:
@@ -190,12 +218,16 @@ func (t *tunnel) watch(ctx context.Context, done <-chan struct{}, wake <-chan ti
 			return
 		case <-wake:
 		}
+		if n, ok := kernelBytes(t.client, t.up); ok && n != moved {
+			moved = n
+			t.touch()
+		}
 		quiet := t.p.clock.Now().Sub(time.Unix(0, t.last.Load()))
 		if quiet >= idle {
 			t.end("idle")
 			return
 		}
-		wake = t.p.clock.After(idle - quiet)
+		wake = t.p.clock.After(min(poll, idle-quiet))
 	}
 }
 
