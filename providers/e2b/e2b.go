@@ -1,0 +1,519 @@
+// Package e2b runs Berth computers as E2B sandboxes, and serves every
+// provider with an E2B-compatible API (Novita registers through it, see
+// providers/novita). A sandbox starts from a template built from Berth's
+// headless or desktop image, whose start command runs computerd; the
+// supervisor reaches computerd through the sandbox's port URL
+// (https://7070-<sandboxID>.<domain>) with the sandbox's traffic access
+// token. Sandboxes carry Berth's labels as metadata, are listed by it, and
+// get the lease as their E2B timeout, so that E2B ends them if the
+// supervisor cannot.
+//
+// The API is E2B's REST API (https://e2b.dev/docs/api-reference, the
+// OpenAPI file spec/openapi.yml of github.com/e2b-dev/E2B): POST
+// /sandboxes, GET /v2/sandboxes, DELETE /sandboxes/{sandboxID} and POST
+// /sandboxes/{sandboxID}/connect, authenticated with X-API-Key.
+package e2b
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers"
+)
+
+// ID is the provider id of E2B itself.
+const ID = "e2b"
+
+// CredAPIKey is the one credential a connection gives: the account's API key.
+const CredAPIKey = "apiKey"
+
+// TrafficTokenHeader carries a sandbox's traffic access token on requests
+// to its port URLs.
+const TrafficTokenHeader = "e2b-traffic-access-token"
+
+// Grace is added to the lease for the E2B timeout: the supervisor stops a
+// computer at its lease, and E2B ends it shortly after if the supervisor
+// could not.
+const Grace = time.Minute
+
+// maxListPages bounds one List.
+const maxListPages = 100
+
+// Settings are the names an E2B-compatible provider reads its settings
+// from, with their defaults.
+type Settings struct {
+	APIURL, Domain, HeadlessTemplate, DesktopTemplate string // setting names
+	DefaultAPIURL, DefaultDomain                      string
+	DefaultHeadless, DefaultDesktop                   string
+}
+
+// E2BSettings are E2B's own.
+var E2BSettings = Settings{
+	APIURL: "E2B_API_URL", Domain: "E2B_DOMAIN",
+	HeadlessTemplate: "E2B_TEMPLATE_HEADLESS", DesktopTemplate: "E2B_TEMPLATE_DESKTOP",
+	DefaultAPIURL: "https://api.e2b.app", DefaultDomain: "e2b.app",
+	DefaultHeadless: "berth-headless", DefaultDesktop: "berth-desktop",
+}
+
+func init() {
+	Register(ID, "E2B sandboxes from a template built from the headless or desktop image", E2BSettings)
+}
+
+// Register registers an E2B-compatible provider under id, configured from
+// the settings s names.
+func Register(id, summary string, s Settings) {
+	providers.Register(id, func(cfg providers.Config) (providers.Provider, error) {
+		return New(OptionsFromConfig(id, s, cfg))
+	})
+	providers.Describe(id, describer{summary: summary, s: s})
+}
+
+// OptionsFromConfig reads the settings s names.
+func OptionsFromConfig(id string, s Settings, cfg providers.Config) Options {
+	return Options{
+		Name:             id,
+		APIURL:           cfg.Get(s.APIURL, s.DefaultAPIURL),
+		Domain:           cfg.Get(s.Domain, s.DefaultDomain),
+		HeadlessTemplate: cfg.Get(s.HeadlessTemplate, s.DefaultHeadless),
+		DesktopTemplate:  cfg.Get(s.DesktopTemplate, s.DefaultDesktop),
+		Logger:           cfg.Logger,
+	}
+}
+
+type describer struct {
+	summary string
+	s       Settings
+}
+
+func (d describer) Describe() providers.Description {
+	return providers.Description{
+		Summary: d.summary,
+		Settings: []providers.Setting{
+			{Name: d.s.APIURL, Default: d.s.DefaultAPIURL, Help: "the API's base URL"},
+			{Name: d.s.Domain, Default: d.s.DefaultDomain, Help: "the domain of sandbox port URLs, when the API does not say"},
+			{Name: d.s.HeadlessTemplate, Default: d.s.DefaultHeadless, Help: "template built from the headless image"},
+			{Name: d.s.DesktopTemplate, Default: d.s.DefaultDesktop, Help: "template built from the desktop image"},
+		},
+		Credentials: []providers.Setting{{Name: CredAPIKey, Required: true, Secret: true, Help: "the account's API key"}},
+	}
+}
+
+// Options configure a provider.
+type Options struct {
+	// Name is the provider's id, used in messages (default "e2b").
+	Name string
+	// APIURL is the API's base URL.
+	APIURL string
+	// Domain is the sandbox domain, used when the API answers none.
+	Domain string
+	// HeadlessTemplate and DesktopTemplate are the template ids or aliases
+	// computers start from.
+	HeadlessTemplate, DesktopTemplate string
+	// Scheme of the sandbox port URLs (default https).
+	Scheme string
+	// Transport carries the API calls and the traffic to sandboxes (default
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// Logger receives the provider's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Provider is an E2B-compatible provider.
+type Provider struct {
+	o   Options
+	hc  *http.Client
+	log *slog.Logger
+
+	mu     sync.Mutex
+	tokens map[string]string // traffic tokens by sandbox id, for machines found by List
+}
+
+// New returns a provider. It does not call the API: the first start proves
+// the connection's key.
+func New(o Options) (*Provider, error) {
+	if o.Name == "" {
+		o.Name = ID
+	}
+	if o.Scheme == "" {
+		o.Scheme = "https"
+	}
+	if o.Transport == nil {
+		o.Transport = http.DefaultTransport
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	u, err := url.Parse(o.APIURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s: API URL %q is not an http(s) URL", o.Name, o.APIURL)
+	}
+	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	if o.HeadlessTemplate == "" || o.DesktopTemplate == "" {
+		return nil, fmt.Errorf("%s: the headless and desktop template names are required", o.Name)
+	}
+	return &Provider{o: o, hc: &http.Client{Transport: o.Transport, Timeout: 2 * time.Minute},
+		log: o.Logger.With("component", o.Name), tokens: map[string]string{}}, nil
+}
+
+// Describe implements providers.Describer.
+func (*Provider) Describe() providers.Description {
+	return describer{summary: "E2B sandboxes", s: E2BSettings}.Describe()
+}
+
+// CheckCredentials requires a non-empty apiKey and nothing else.
+func (p *Provider) CheckCredentials(c map[string]string) error {
+	for k := range c {
+		if k != CredAPIKey {
+			return fmt.Errorf("%q is not a %s credential: want %q", k, p.o.Name, CredAPIKey)
+		}
+	}
+	if strings.TrimSpace(c[CredAPIKey]) == "" {
+		return fmt.Errorf("%s is missing: want the %s account's API key", CredAPIKey, p.o.Name)
+	}
+	return nil
+}
+
+// newSandbox is the body of POST /sandboxes.
+type newSandbox struct {
+	TemplateID string            `json:"templateID"`
+	Timeout    int               `json:"timeout"`
+	AutoPause  bool              `json:"autoPause"`
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	Network    *network          `json:"network,omitempty"`
+}
+
+type network struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+}
+
+// sandbox is the answer of POST /sandboxes and of connect.
+type sandbox struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedSandbox is one entry of GET /v2/sandboxes.
+type listedSandbox struct {
+	SandboxID string            `json:"sandboxID"`
+	State     string            `json:"state"`
+	Metadata  map[string]string `json:"metadata"`
+}
+
+func (p *Provider) template(kind string) string {
+	if kind == providers.ImageDesktop {
+		return p.o.DesktopTemplate
+	}
+	return p.o.HeadlessTemplate
+}
+
+// Create creates a sandbox from the template of spec.Image with Berth's
+// labels as metadata, the computer's environment and token hash as its
+// variables, the lease (plus Grace) as its timeout, and its port URLs
+// closed to requests without the traffic token.
+func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	key := spec.Credentials[CredAPIKey]
+	if key == "" {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
+	}
+	env := make(map[string]string, len(spec.Env)+2)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env[computerd.EnvTokenHash] = spec.TokenHash
+	env[computerd.EnvComputerID] = spec.ComputerID
+	lease := spec.Lease
+	if lease <= 0 {
+		lease = 15 * time.Minute
+	}
+	req := newSandbox{
+		TemplateID: p.template(spec.Image),
+		Timeout:    int((lease + Grace) / time.Second),
+		Metadata:   spec.Labels(),
+		EnvVars:    env,
+		Network:    &network{AllowPublicTraffic: false},
+	}
+	var sb sandbox
+	if err := p.call(ctx, key, http.MethodPost, "/sandboxes", nil, req, &sb, http.StatusCreated, http.StatusOK); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest) {
+			return providers.Machine{}, fmt.Errorf("create computer %s: template %q: %w: %s", spec.ComputerID, req.TemplateID, providers.ErrBadImage, ae.msg)
+		}
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
+	}
+	if sb.SandboxID == "" {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w: the answer names no sandbox", spec.ComputerID, providers.ErrUnavailable)
+	}
+	m := p.machine(sb.SandboxID, sb.Domain, spec.Labels())
+	if sb.TrafficAccessToken != nil && *sb.TrafficAccessToken != "" {
+		m.Header = http.Header{http.CanonicalHeaderKey(TrafficTokenHeader): {*sb.TrafficAccessToken}}
+	}
+	p.log.Info("sandbox created", "computer", spec.ComputerID, "sandbox", sb.SandboxID, "template", req.TemplateID, "timeout", req.Timeout)
+	return m, nil
+}
+
+func (p *Provider) machine(id string, domain *string, labels map[string]string) providers.Machine {
+	d := p.o.Domain
+	if domain != nil && *domain != "" {
+		d = *domain
+	}
+	return providers.Machine{
+		ID:       id,
+		Endpoint: fmt.Sprintf("%s://%d-%s.%s", p.o.Scheme, computerd.Port, id, d),
+		Labels:   labels,
+	}
+}
+
+// Destroy kills the sandbox (DELETE /sandboxes/{id}); one already gone is
+// done. The key comes from the context (providers.WithCredentials).
+func (p *Provider) Destroy(ctx context.Context, machineID string) error {
+	key := providers.CredentialsFrom(ctx)[CredAPIKey]
+	if key == "" {
+		return fmt.Errorf("destroy %s: %w: no %s in the call's context", machineID, providers.ErrBadCredentials, CredAPIKey)
+	}
+	err := p.call(ctx, key, http.MethodDelete, "/sandboxes/"+url.PathEscape(machineID), nil, nil, nil, http.StatusNoContent, http.StatusOK)
+	if errors.Is(err, providers.ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", machineID, err)
+	}
+	p.mu.Lock()
+	delete(p.tokens, machineID)
+	p.mu.Unlock()
+	p.log.Info("sandbox killed", "sandbox", machineID)
+	return nil
+}
+
+// List returns the running and paused sandboxes of the account in the
+// context that carry Berth's managed label. Without credentials in the
+// context there is no account to list, and it answers nothing.
+func (p *Provider) List(ctx context.Context) ([]providers.Machine, error) {
+	key := providers.CredentialsFrom(ctx)[CredAPIKey]
+	if key == "" {
+		return nil, nil
+	}
+	q := url.Values{
+		"metadata": {url.QueryEscape(providers.LabelManaged) + "=" + url.QueryEscape("true")},
+		"state":    {"running,paused"},
+		"limit":    {"100"},
+	}
+	var out []providers.Machine
+	for page := 0; page < maxListPages; page++ {
+		var items []listedSandbox
+		next, err := p.callPage(ctx, key, q, &items)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, s := range items {
+			if s.Metadata[providers.LabelManaged] != "true" {
+				continue
+			}
+			out = append(out, p.machine(s.SandboxID, nil, s.Metadata))
+		}
+		if next == "" {
+			return out, nil
+		}
+		q.Set("nextToken", next)
+	}
+	return nil, fmt.Errorf("list sandboxes: %w: more than %d pages", providers.ErrUnavailable, maxListPages)
+}
+
+func (p *Provider) callPage(ctx context.Context, key string, q url.Values, out *[]listedSandbox) (string, error) {
+	resp, err := p.do(ctx, key, http.MethodGet, "/v2/sandboxes", q, nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", p.statusErr(resp)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 32<<20)).Decode(out); err != nil {
+		return "", fmt.Errorf("%w: decode the sandbox list: %v", providers.ErrUnavailable, err)
+	}
+	return resp.Header.Get("X-Next-Token"), nil
+}
+
+// Transport returns a RoundTripper that adds m's traffic token when the
+// request lacks one: a machine found by List (after a lost create reply)
+// has no token recorded, so it is fetched once with connect.
+func (p *Provider) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
+	return &trafficTransport{p: p, id: m.ID, key: credentials[CredAPIKey]}
+}
+
+type trafficTransport struct {
+	p   *Provider
+	id  string
+	key string
+}
+
+func (t *trafficTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get(TrafficTokenHeader) != "" || t.key == "" {
+		return t.p.o.Transport.RoundTrip(r)
+	}
+	tok, err := t.p.trafficToken(r.Context(), t.id, t.key)
+	if err != nil {
+		return nil, err
+	}
+	r2 := r.Clone(r.Context())
+	if tok != "" {
+		r2.Header.Set(TrafficTokenHeader, tok)
+	}
+	return t.p.o.Transport.RoundTrip(r2)
+}
+
+// trafficToken returns the traffic token of sandbox id, asking the API
+// (POST /sandboxes/{id}/connect with timeout 0, which never shortens it)
+// the first time.
+func (p *Provider) trafficToken(ctx context.Context, id, key string) (string, error) {
+	p.mu.Lock()
+	tok, ok := p.tokens[id]
+	p.mu.Unlock()
+	if ok {
+		return tok, nil
+	}
+	var sb sandbox
+	if err := p.call(ctx, key, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", nil, map[string]int{"timeout": 0}, &sb, http.StatusOK, http.StatusCreated); err != nil {
+		return "", fmt.Errorf("traffic token of sandbox %s: %w", id, err)
+	}
+	if sb.TrafficAccessToken != nil {
+		tok = *sb.TrafficAccessToken
+	}
+	p.mu.Lock()
+	p.tokens[id] = tok
+	p.mu.Unlock()
+	return tok, nil
+}
+
+// apiError is an answer outside the expected statuses.
+type apiError struct {
+	status int
+	msg    string
+	kind   error
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%v: the API answered %d: %s", e.kind, e.status, e.msg)
+}
+
+func (e *apiError) Unwrap() error { return e.kind }
+
+func (p *Provider) do(ctx context.Context, key, method, path string, q url.Values, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	u := p.o.APIURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The error names the URL, never the key (it travels in a header).
+		return nil, fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, unwrapURL(err))
+	}
+	return resp, nil
+}
+
+// unwrapURL drops url.Error's quoting of the whole URL.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func (p *Provider) call(ctx context.Context, key, method, path string, q url.Values, body, out any, ok ...int) error {
+	resp, err := p.do(ctx, key, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	for _, s := range ok {
+		if resp.StatusCode == s {
+			if out == nil {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				return nil
+			}
+			if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(out); err != nil {
+				return fmt.Errorf("%w: decode the answer of %s %s: %v", providers.ErrUnavailable, method, path, err)
+			}
+			return nil
+		}
+	}
+	return p.statusErr(resp)
+}
+
+// statusErr maps an answer's status: 401/403 refused credentials, 429
+// capacity, 404 not found, anything else the provider's trouble.
+func (p *Provider) statusErr(resp *http.Response) error {
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(raw))
+		if len(e.Message) > 200 {
+			e.Message = e.Message[:200]
+		}
+	}
+	ae := &apiError{status: resp.StatusCode, msg: e.Message}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		ae.kind = providers.ErrBadCredentials
+	case resp.StatusCode == http.StatusTooManyRequests:
+		ae.kind = providers.ErrCapacity
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			if s, err := strconv.Atoi(ra); err == nil {
+				ae.msg += fmt.Sprintf(" (retry after %d s)", s)
+			}
+		}
+	case resp.StatusCode == http.StatusNotFound:
+		ae.kind = providers.ErrNotFound
+	case resp.StatusCode == http.StatusBadRequest:
+		ae.kind = errors.New("request refused")
+	default:
+		ae.kind = providers.ErrUnavailable
+	}
+	return ae
+}
+
+var (
+	_ providers.Provider          = (*Provider)(nil)
+	_ providers.Lister            = (*Provider)(nil)
+	_ providers.Transporter       = (*Provider)(nil)
+	_ providers.CredentialChecker = (*Provider)(nil)
+	_ providers.Describer         = (*Provider)(nil)
+)

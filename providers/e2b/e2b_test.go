@@ -1,0 +1,246 @@
+package e2b_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/e2b"
+	"github.com/berthdev/berth/providers/e2b/e2bfake"
+	"github.com/berthdev/berth/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	headless = "berth-headless"
+	desktop  = "berth-desktop"
+)
+
+// newFake starts a fake E2B and a provider that talks to it.
+func newFake(t providertest.T, log *slog.Logger) (*e2bfake.Fake, *e2b.Provider, string) {
+	key := fmt.Sprintf("e2b_%d_secret", time.Now().UnixNano())
+	f := e2bfake.New(t, key, headless, desktop)
+	tr := f.Transport()
+	t.Cleanup(tr.CloseIdleConnections)
+	p, err := e2b.New(e2b.Options{
+		APIURL: f.URL, Domain: e2bfake.Domain, Scheme: "http",
+		HeadlessTemplate: headless, DesktopTemplate: desktop,
+		Transport: tr, Logger: log,
+	})
+	if err != nil {
+		t.Fatalf("e2b.New: %v", err)
+	}
+	return f, p, key
+}
+
+// TestConformance runs the provider suite against the fake E2B API.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		ID: e2b.ID,
+		New: func(t providertest.T, log *slog.Logger) providertest.Target {
+			f, p, key := newFake(t, log)
+			return providertest.Target{
+				Provider:    p,
+				Credentials: map[string]string{e2b.CredAPIKey: key},
+				Faults:      f.Server,
+				Exists: func(ctx context.Context, label, value string) (bool, error) {
+					return f.Exists(label, value), nil
+				},
+			}
+		},
+	})
+}
+
+func testSpec(key string) providers.Spec {
+	return providers.Spec{
+		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"),
+		Env:   map[string]string{"TURN_PUBLIC_HOST": "turn.example"},
+		Lease: 5 * time.Minute, Credentials: map[string]string{e2b.CredAPIKey: key},
+	}
+}
+
+// TestCreateRequest checks what a create sends: the template, the lease
+// plus grace as E2B's timeout, Berth's labels as metadata, the computer's
+// variables (and never the key), and closed port URLs.
+func TestCreateRequest(t *testing.T) {
+	f, p, key := newFake(t, nil)
+	spec := testSpec(key)
+	spec.Image = providers.ImageDesktop
+	m, err := p.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs := f.Sandboxes()
+	if len(sbs) != 1 {
+		t.Fatalf("sandboxes: %d", len(sbs))
+	}
+	s := sbs[0]
+	if s.TemplateID != desktop {
+		t.Errorf("template %q, want %q", s.TemplateID, desktop)
+	}
+	if want := int((5*time.Minute + e2b.Grace) / time.Second); s.Timeout != want {
+		t.Errorf("timeout %d, want the lease plus grace, %d", s.Timeout, want)
+	}
+	for k, v := range spec.Labels() {
+		if s.Metadata[k] != v {
+			t.Errorf("metadata %s = %q, want %q", k, s.Metadata[k], v)
+		}
+	}
+	if s.EnvVars[computerd.EnvTokenHash] != spec.TokenHash || s.EnvVars["TURN_PUBLIC_HOST"] != "turn.example" {
+		t.Errorf("envVars %v", s.EnvVars)
+	}
+	raw, _ := json.Marshal(s.EnvVars)
+	if strings.Contains(string(raw), key) {
+		t.Error("the API key is in the sandbox's variables")
+	}
+	if s.Public {
+		t.Error("port URLs are public: want allowPublicTraffic false")
+	}
+	if m.ID != s.ID || m.Endpoint != "http://7070-"+s.ID+"."+e2bfake.Domain || m.Header.Get(e2b.TrafficTokenHeader) != s.Token {
+		t.Errorf("machine %+v", m)
+	}
+	for _, r := range f.Requests() {
+		if r.Header.Get("X-API-Key") != key {
+			t.Errorf("%s %s without the X-API-Key header", r.Method, r.Path)
+		}
+	}
+
+	// computerd answers through the port URL with the token only.
+	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(p.Transport(providers.Machine{ID: m.ID}, spec.Credentials)))
+	if _, err := c.Processes(t.Context()); err != nil {
+		t.Errorf("computerd through the port URL, token fetched by connect: %v", err)
+	}
+	bare := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(f.Transport()))
+	if _, err := bare.Processes(t.Context()); err == nil {
+		t.Error("the port URL answered without the traffic token")
+	}
+	ctx := providers.WithCredentials(t.Context(), spec.Credentials)
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Errorf("destroy of a sandbox already gone: %v, want nil", err)
+	}
+}
+
+// TestErrors checks the mapping of the API's bad days.
+func TestErrors(t *testing.T) {
+	f, p, key := newFake(t, nil)
+	spec := testSpec(key)
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusTooManyRequests, providers.ErrCapacity},
+		{http.StatusInternalServerError, providers.ErrUnavailable},
+		{http.StatusBadGateway, providers.ErrUnavailable},
+	} {
+		f.FailNext(c.status)
+		if _, err := p.Create(t.Context(), spec); !errors.Is(err, c.want) {
+			t.Errorf("create answered %d: %v, want %v", c.status, err, c.want)
+		}
+	}
+	f.RefuseCredentials(true)
+	_, err := p.Create(t.Context(), spec)
+	if !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), key) {
+		t.Errorf("refused key: %v, want ErrBadCredentials without the key", err)
+	}
+	f.RefuseCredentials(false)
+	spec.Credentials = map[string]string{e2b.CredAPIKey: "wrong"}
+	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadCredentials) {
+		t.Errorf("wrong key: %v", err)
+	}
+	bad, err := e2b.New(e2b.Options{APIURL: f.URL, HeadlessTemplate: "missing", DesktopTemplate: "missing", Transport: f.Transport()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Credentials = map[string]string{e2b.CredAPIKey: key}
+	if _, err := bad.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("unknown template: %v, want ErrBadImage naming it", err)
+	}
+	if err := p.Destroy(t.Context(), "x"); !errors.Is(err, providers.ErrBadCredentials) {
+		t.Errorf("destroy without credentials in the context: %v", err)
+	}
+	f.Close()
+	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrUnavailable) {
+		t.Errorf("API down: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestListPages lists across pages and only Berth's sandboxes.
+func TestListPages(t *testing.T) {
+	f, p, key := newFake(t, nil)
+	f.SetPageSize(2)
+	for i := 0; i < 5; i++ {
+		spec := testSpec(key)
+		spec.ComputerID = fmt.Sprintf("c%d", i)
+		spec.AttemptID = fmt.Sprintf("a_%d", i)
+		if _, err := p.Create(t.Context(), spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := p.List(providers.WithCredentials(t.Context(), map[string]string{e2b.CredAPIKey: key}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range ms {
+		seen[m.Labels[providers.LabelAttempt]] = true
+	}
+	if len(ms) != 5 || len(seen) != 5 {
+		t.Errorf("listed %d machines (%d attempts), want 5", len(ms), len(seen))
+	}
+	if ms, err := p.List(t.Context()); err != nil || len(ms) != 0 {
+		t.Errorf("list without credentials: %v %v, want nothing", ms, err)
+	}
+}
+
+func TestCheckCredentials(t *testing.T) {
+	_, p, _ := newFake(t, nil)
+	if err := p.CheckCredentials(map[string]string{"apiKey": "k"}); err != nil {
+		t.Error(err)
+	}
+	if err := p.CheckCredentials(map[string]string{}); err == nil || !strings.Contains(err.Error(), "apiKey") {
+		t.Errorf("missing key: %v", err)
+	}
+	if err := p.CheckCredentials(map[string]string{"apiKey": "k", "token": "t"}); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Errorf("unknown credential: %v", err)
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	p, err := providers.New(e2b.ID, providers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.(providers.CredentialChecker); !ok {
+		t.Error("not a CredentialChecker")
+	}
+	d, ok := providers.DescriptionOf(e2b.ID)
+	if !ok || len(d.Settings) == 0 || len(d.Credentials) != 1 {
+		t.Errorf("description %+v", d)
+	}
+	if _, err := providers.New(e2b.ID, providers.Config{Getenv: func(k string) string {
+		if k == "E2B_API_URL" {
+			return "ftp://x"
+		}
+		return ""
+	}}); err == nil || !strings.Contains(err.Error(), "ftp://x") {
+		t.Errorf("bad API URL: %v", err)
+	}
+}
