@@ -96,8 +96,12 @@ func Connect(ctx context.Context, cfg Config) (*yamux.Session, error) {
 	if cfg.Version != "" {
 		h.Set(relay.VersionHeader, cfg.Version)
 	}
+	hc, lastConn, coalesce := coalescingClient(cfg.HTTPClient)
+	if coalesce {
+		defer hc.Transport.(*http.Transport).CloseIdleConnections()
+	}
 	ws, resp, err := websocket.Dial(ctx, cfg.URL, &websocket.DialOptions{
-		HTTPClient:      cfg.HTTPClient,
+		HTTPClient:      hc,
 		HTTPHeader:      h,
 		Subprotocols:    []string{relay.Subprotocol},
 		CompressionMode: websocket.CompressionDisabled,
@@ -111,6 +115,11 @@ func Connect(ctx context.Context, cfg Config) (*yamux.Session, error) {
 	// The link lives until the session closes, not until ctx ends;
 	// serve closes the session when ctx ends.
 	conn := websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary)
+	if coalesce {
+		if raw := lastConn(); raw != nil {
+			conn = &linkConn{Conn: conn, raw: raw}
+		}
+	}
 	sess, err := yamux.Server(conn, relay.MuxConfig(cfg.PingTimeout))
 	if err != nil {
 		conn.Close()
