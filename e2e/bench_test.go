@@ -29,7 +29,7 @@ func median[T time.Duration | float64](xs []T) T {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func dockerClient(b *testing.B) *client.Client {
+func dockerClient(b testing.TB) *client.Client {
 	b.Helper()
 	cli, err := client.New(client.FromEnv)
 	if err != nil {

@@ -15,6 +15,7 @@ type ReconcileReport struct {
 	Adopted   int // bound to a session that had lost them
 	Destroyed int // leftovers removed
 	Vanished  int // running sessions whose machine was gone, ended
+	Pooled    int // warm-pool computers waiting for a live supervisor, kept
 }
 
 // Reconcile matches every machine the providers list with this
@@ -66,13 +67,39 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			rep.Vanished++
 		}
 	}
-	s.log.Info("reconciled", "machines", rep.Machines, "kept", rep.Kept, "adopted", rep.Adopted, "destroyed", rep.Destroyed, "vanished", rep.Vanished)
+	s.log.Info("reconciled", "machines", rep.Machines, "kept", rep.Kept, "adopted", rep.Adopted, "destroyed", rep.Destroyed, "vanished", rep.Vanished, "pooled", rep.Pooled)
 	return rep, errors.Join(errs...)
 }
 
 func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, provider string, m providers.Machine, rep *ReconcileReport) {
 	log := s.log.With("machine", m.ID, "provider", provider)
-	x, err := s.st.GetSession(ctx, m.Labels[providers.LabelSession])
+	sessionID := m.Labels[providers.LabelSession]
+	if m.Labels[providers.LabelPool] == "true" {
+		// Its labels cannot say which session claimed it: the store does.
+		pm, err := s.st.GetPoolMember(ctx, m.Labels[providers.LabelComputer])
+		switch {
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			log.Warn("reconcile: read pool member", "err", err)
+			return
+		case err == nil && pm.State == store.PoolClaimed:
+			sessionID = pm.SessionID
+		case err == nil:
+			alive := pm.Owner == s.instance
+			if !alive {
+				alive, err = s.st.InstanceAlive(ctx, pm.Owner, s.clk.Now().Add(-InstanceTTL))
+				if err != nil {
+					return
+				}
+			}
+			if alive {
+				rep.Pooled++
+				return
+			}
+			// Its supervisor is gone, and its bind secret with it.
+			s.st.DeletePoolMember(ctx, pm.ComputerID, pm.State)
+		}
+	}
+	x, err := s.st.GetSession(ctx, sessionID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		log.Warn("reconcile: read session", "err", err)
 		return
@@ -108,6 +135,9 @@ func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, pr
 	if err := p.Destroy(ctx, m.ID); err != nil && !errors.Is(err, providers.ErrNotFound) {
 		log.Warn("reconcile: destroy leftover", "err", err)
 		return
+	}
+	if m.Labels[providers.LabelPool] == "true" {
+		s.st.DeletePoolMember(ctx, m.Labels[providers.LabelComputer], "")
 	}
 	log.Info("reconcile: destroyed a leftover machine", "session", m.Labels[providers.LabelSession])
 	rep.Destroyed++

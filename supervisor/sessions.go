@@ -34,7 +34,12 @@ const (
 )
 
 // Start starts the agent's computer, or returns the one that is running.
+// With a warm pool it claims a waiting computer and binds it.
 func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) {
+	return s.start(ctx, agent, true)
+}
+
+func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionView, error) {
 	c, err := s.connection(ctx, agent)
 	if err != nil {
 		return SessionView{}, err
@@ -49,13 +54,17 @@ func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) 
 	}
 	now := s.clk.Now()
 	id := newID("s_")
-	x, err := s.st.Reserve(ctx, store.Reservation{
+	r := store.Reservation{
 		Session: store.Session{
 			ID: id, AgentID: agent, ComputerID: id[2:], AttemptID: newID("a_"),
 			Owner: s.instance, ClaimUntil: now.Add(startClaim),
 		},
 		Now: now, MinSeconds: MinLeaseSeconds,
-	})
+	}
+	if warm {
+		r.PoolOwner = s.poolOwner(c)
+	}
+	x, err := s.st.Reserve(ctx, r)
 	var be *store.BudgetError
 	switch {
 	case errors.As(err, &be):
@@ -66,11 +75,21 @@ func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) 
 		if x.State == store.StateRunning && !s.clk.Now().Before(x.ExpiresAt) {
 			// Expired but not reaped yet: end it now and start afresh.
 			s.endSession(context.WithoutCancel(ctx), x, "")
-			return s.Start(ctx, agent)
+			return s.start(ctx, agent, warm)
 		}
 		return s.awaitLive(ctx, x)
 	case err != nil:
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
+	}
+	if r.PoolOwner != "" {
+		s.pool.poke() // refill behind this start
+	}
+	if x.MachineID != "" {
+		// The reservation claimed a computer of the warm pool.
+		if s.bindPooled(ctx, &x) {
+			return s.view(x), nil
+		}
+		return s.start(ctx, agent, false)
 	}
 	log := s.log.With("agent", agent, "session", x.ID, "provider", x.Provider)
 	creds, err := s.credentials(c)
@@ -355,6 +374,7 @@ func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
 	}
 	y := x
 	if err == nil {
+		s.forgetPooled(ctx, x)
 		y.State = finalState(x)
 		y.NextCleanupAt = time.Time{}
 		if uerr := s.st.UpdateSession(ctx, y, x.State); uerr != nil {
@@ -545,9 +565,10 @@ func (s *Service) resolveStart(ctx context.Context, x store.Session, ms []provid
 		if m.Labels[providers.LabelAttempt] != x.AttemptID {
 			continue
 		}
-		if m.Endpoint == "" {
-			// Only parts of the machine exist (say, its network): nothing
-			// to adopt. Record it so the cleanup removes what is there.
+		if m.Endpoint == "" || m.Labels[providers.LabelPool] == "true" {
+			// Only parts of the machine exist (say, its network), or it is
+			// a pool computer whose bind secret died with its supervisor:
+			// nothing to adopt. Record it so the cleanup removes it.
 			x.MachineID = m.ID
 			s.endSession(ctx, x, "the start was cut short; removing what it made")
 			return

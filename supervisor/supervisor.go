@@ -90,6 +90,8 @@ type Service struct {
 
 	depMu      sync.Mutex
 	deployment string
+
+	pool warmPool // this instance's part of the warm pools (pool.go)
 }
 
 // New checks cfg and returns a Service.

@@ -151,7 +151,7 @@ func (d *Docker) Create(ctx context.Context, spec providers.Spec) (providers.Mac
 		spec.AttemptID = newAttemptID()
 	}
 	start := time.Now()
-	m, err := d.create(ctx, spec, image)
+	m, err := d.create(ctx, spec, image, spec.Labels())
 	if err != nil {
 		d.cleanup(ctx, spec.ComputerID, spec.AttemptID)
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
@@ -161,11 +161,10 @@ func (d *Docker) Create(ctx context.Context, spec providers.Spec) (providers.Mac
 	return m, nil
 }
 
-func (d *Docker) create(ctx context.Context, spec providers.Spec, image string) (providers.Machine, error) {
+func (d *Docker) create(ctx context.Context, spec providers.Spec, image string, labels map[string]string) (providers.Machine, error) {
 	if d.pool != nil {
-		return d.createJoined(ctx, spec, image)
+		return d.createJoined(ctx, spec, image, labels)
 	}
-	labels := spec.Labels()
 	n := namesOf(spec.ComputerID)
 
 	var (
@@ -207,8 +206,7 @@ func (d *Docker) create(ctx context.Context, spec providers.Spec, image string) 
 // createJoined starts a computer in a network made ahead of time: it binds
 // a holder (see netpool.go) while it makes the volume, then starts the
 // container in the holder's network namespace.
-func (d *Docker) createJoined(ctx context.Context, spec providers.Spec, image string) (providers.Machine, error) {
-	labels := spec.Labels()
+func (d *Docker) createJoined(ctx context.Context, spec providers.Spec, image string, labels map[string]string) (providers.Machine, error) {
 	n := namesOf(spec.ComputerID)
 	var (
 		wg                   sync.WaitGroup
@@ -384,14 +382,17 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 	return fmt.Errorf("create container %s: %w", n.container, err)
 }
 
-// environment is the computer's environment: spec.Env plus the token hash and
-// the computer id, which take precedence.
+// environment is the computer's environment: spec.Env plus the token hash
+// (when the spec has one; a warm-pool computer has a bind hash in Env
+// instead) and the computer id, which take precedence.
 func environment(s providers.Spec) []string {
 	env := maps.Clone(s.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
-	env[computerd.EnvTokenHash] = s.TokenHash
+	if s.TokenHash != "" {
+		env[computerd.EnvTokenHash] = s.TokenHash
+	}
 	env[computerd.EnvComputerID] = s.ComputerID
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -28,6 +28,7 @@ const (
 	SettingShmMB          = "COMPUTER_SHM_MB"
 	SettingJoinContainers = "DOCKER_JOIN_CONTAINERS"
 	SettingNetworkPool    = "COMPUTER_NETWORK_POOL"
+	SettingWarmPool       = "WARM_POOL_SIZE"
 )
 
 // Defaults for the settings.
@@ -54,6 +55,7 @@ const (
 	MaxTmpMB    = 1 << 20
 	MinShmMB    = 1
 	MaxShmMB    = 1 << 20
+	MaxWarmPool = 1000
 )
 
 // Options configure a Docker provider. A zero field takes its default; a
@@ -89,6 +91,12 @@ type Options struct {
 	// (COMPUTER_NETWORK_POOL, default 2 from settings; 0 makes each network
 	// at start). See netpool.go.
 	NetworkPool int
+	// WarmPool is how many started headless computers wait, unbound, for
+	// a session (WARM_POOL_SIZE, 0 to 1000, default 0). See pool.go.
+	WarmPool int
+	// MemInfo reports the host's available and total memory in bytes, for
+	// the warm pool's memory checks (default: read /proc/meminfo).
+	MemInfo func() (available, total uint64, err error)
 	// Logger receives the provider's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -125,6 +133,11 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 		return Options{}, err
 	}
 	o.NetworkPool = int(pool)
+	warm, err := intSetting(cfg, SettingWarmPool, 0, 0, MaxWarmPool, "computers")
+	if err != nil {
+		return Options{}, err
+	}
+	o.WarmPool = int(warm)
 	for name := range strings.SplitSeq(cfg.Get(SettingJoinContainers, ""), ",") {
 		if name = strings.TrimSpace(name); name != "" {
 			o.JoinContainers = append(o.JoinContainers, name)
@@ -225,6 +238,12 @@ func (o Options) withDefaults() (Options, error) {
 		if c == "" || strings.ContainsFunc(c, func(r rune) bool { return r <= ' ' || r == ',' }) {
 			return Options{}, fmt.Errorf("%s: %q is not a container name or id", SettingJoinContainers, c)
 		}
+	}
+	if o.WarmPool < 0 || o.WarmPool > MaxWarmPool {
+		return Options{}, rangeError(SettingWarmPool, strconv.Itoa(o.WarmPool), 0, MaxWarmPool, "computers")
+	}
+	if o.MemInfo == nil {
+		o.MemInfo = hostMemInfo
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -305,6 +305,13 @@ func interfaceIPv4(name string) (netip.Addr, error) {
 // metrics serves the counters in the Prometheus text format.
 func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	ps := d.Service.PoolStats()
+	fmt.Fprintln(w, "# HELP berth_pool_waiting Warm-pool computers started and waiting for a session.")
+	fmt.Fprintf(w, "# TYPE berth_pool_waiting gauge\nberth_pool_waiting %d\n", ps.Waiting)
+	fmt.Fprintln(w, "# HELP berth_pool_creating Warm-pool computers being made.")
+	fmt.Fprintf(w, "# TYPE berth_pool_creating gauge\nberth_pool_creating %d\n", ps.Creating)
+	fmt.Fprintln(w, "# HELP berth_pool_claimed_total Starts served from the warm pool.")
+	fmt.Fprintf(w, "# TYPE berth_pool_claimed_total counter\nberth_pool_claimed_total %d\n", ps.Claimed)
 	if d.Egress == nil {
 		return
 	}
@@ -365,6 +372,19 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		defer close(reaped)
 		d.Service.RunReaper(reapCtx, d.opts.ReapInterval)
 	}()
+	// The warm pools fill behind the reaper; at shutdown the computers
+	// still waiting are removed (drainPool).
+	pooled := make(chan struct{})
+	go func() {
+		defer close(pooled)
+		d.Service.RunPool(reapCtx)
+	}()
+	drainPool := func() {
+		<-pooled
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		d.Service.DrainPool(dctx)
+	}
 	egressDone := make(chan struct{})
 	if d.Egress != nil {
 		go func() {
@@ -390,6 +410,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		stopReaper()
 		<-reaped
 		<-egressDone
+		drainPool()
 		return err
 	case <-ctx.Done():
 	}
@@ -400,6 +421,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	stopReaper()
 	<-reaped
 	<-egressDone
+	drainPool()
 	if errors.Is(err, context.DeadlineExceeded) {
 		srv.Close()
 	}

@@ -1,0 +1,457 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/daemon"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+// startPoolSupervisor runs an in-process supervisor with the docker
+// provider and a warm pool of size computers made from image. stop shuts
+// it down as a signal would (the pool is drained); it is also run at
+// cleanup.
+func startPoolSupervisor(t *testing.T, image string, size int) (s *super, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env := map[string]string{
+		"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "256", "COMPUTER_NETWORK_POOL": "1",
+		"WARM_POOL_SIZE": fmt.Sprint(size),
+	}
+	d, err := daemon.New(ctx, daemon.Options{
+		Egress:  daemon.EgressOptions{Listen: ":0"},
+		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
+		Getenv: func(k string) string { return env[k] },
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
+	s = &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			d.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return s, stop
+}
+
+// waitFor polls cond every 50 ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// liveSession reads the agent's live session from the supervisor's store.
+func (s *super) liveSession(agent string) store.Session {
+	s.t.Helper()
+	x, err := s.d.Store.LiveSession(context.Background(), agent)
+	if err != nil {
+		s.t.Fatalf("live session of %s: %v", agent, err)
+	}
+	return x
+}
+
+// poolContainers lists the deployment's warm-pool containers on the
+// engine, by computer id.
+func poolContainers(t *testing.T, cli *client.Client, deployment string) map[string]string {
+	t.Helper()
+	res, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", providers.LabelPool+"=true").Add("label", providers.LabelDeployment+"="+deployment)})
+	if err != nil {
+		t.Fatalf("list pool containers: %v", err)
+	}
+	out := map[string]string{}
+	for _, c := range res.Items {
+		out[c.Labels[providers.LabelComputer]] = string(c.State)
+	}
+	return out
+}
+
+func deploymentOf(t *testing.T, s *super) string {
+	t.Helper()
+	dep, err := s.d.Service.Deployment(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dep
+}
+
+// TestWarmPoolNoLeaks: a start claims a waiting computer; what one session
+// leaves (files in the home folder and /tmp, a background process, its
+// proxy credentials) is never seen by the next, which gets a different
+// computer with only its own credentials; a waiting computer holds no
+// credential at all.
+func TestWarmPoolNoLeaks(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	s, stop := startPoolSupervisor(t, "berth/test:latest", 2)
+	cli := dockerClient(t)
+	dep := deploymentOf(t, s)
+	waitFor(t, 90*time.Second, "pool of 2 filled", func() bool { return s.d.Service.PoolStats().Waiting == 2 })
+
+	// Waiting computers carry no credential: only the bind secret's hash.
+	for id := range poolContainers(t, cli, dep) {
+		ins, err := cli.ContainerInspect(context.Background(), docker.ContainerPrefix+id, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range ins.Container.Config.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			if strings.Contains(strings.ToLower(k), "proxy") || k == "BERTH_TOKEN_SHA256" {
+				t.Errorf("waiting computer %s has %s in its environment", id, k)
+			}
+		}
+	}
+
+	connect(s, "leak1")
+	connect(s, "leak2")
+	s.must("POST", "/v1/agents/leak1/computer/start", nil, 200, nil)
+	first := s.liveSession("leak1")
+	if got := s.d.Service.PoolStats().Claimed; got != 1 {
+		t.Fatalf("claimed %d from the pool, want 1", got)
+	}
+	if _, ok := poolContainers(t, cli, dep)[first.ComputerID]; !ok {
+		t.Fatalf("session 1 runs on %s, not a pool computer", first.MachineID)
+	}
+	x := s.exec("leak1", `echo one > ~/mark-home; echo one > /tmp/mark-tmp; (sleep 1000 >/dev/null 2>&1 &); printf %s "$HTTP_PROXY"`)
+	if x.ExitCode != 0 || !strings.Contains(x.Stdout, "@") {
+		t.Fatalf("session 1: %+v", x)
+	}
+	proxy1, err := url.Parse(x.Stdout)
+	if err != nil || proxy1.User.Username() != first.ComputerID {
+		t.Fatalf("session 1 proxy %q: want user %s (%v)", x.Stdout, first.ComputerID, err)
+	}
+	pass1, _ := proxy1.User.Password()
+	if x := s.exec("leak1", "ps -o args | grep -c '^sleep 1000'"); strings.TrimSpace(x.Stdout) != "1" {
+		t.Fatalf("session 1 background process not running: %+v", x)
+	}
+	s.must("POST", "/v1/agents/leak1/computer/stop", nil, 200, nil)
+
+	// The next sessions, of the same agent and of another, come from the pool too.
+	for i, agent := range []string{"leak1", "leak2"} {
+		s.must("POST", "/v1/agents/"+agent+"/computer/start", nil, 200, nil)
+		x := s.liveSession(agent)
+		if x.ComputerID == first.ComputerID || x.MachineID == first.MachineID {
+			t.Fatalf("%s got session 1's computer %s again", agent, x.MachineID)
+		}
+		if got := s.d.Service.PoolStats().Claimed; got != int64(i+2) {
+			t.Fatalf("claimed %d from the pool, want %d", got, i+2)
+		}
+		r := s.exec(agent, `for f in ~/mark-home /tmp/mark-tmp; do test -e $f && echo "LEAK $f"; done; `+
+			`ps -o args | grep -q '^sleep 1000' && echo LEAK-PROCESS; ls -A ~ | sed 's/^/HOME-ENTRY /'; env | sort`)
+		if strings.Contains(r.Stdout, "LEAK") || strings.Contains(r.Stdout, "HOME-ENTRY") {
+			t.Errorf("%s sees session 1's files or processes:\n%s", agent, r.Stdout)
+		}
+		if strings.Contains(r.Stdout, pass1) || strings.Contains(r.Stdout, first.ComputerID) {
+			t.Errorf("%s sees session 1's credentials:\n%s", agent, r.Stdout)
+		}
+		if strings.Contains(r.Stdout, "BERTH_") {
+			t.Errorf("%s sees computerd's settings:\n%s", agent, r.Stdout)
+		}
+		var proxy *url.URL
+		for _, line := range strings.Split(r.Stdout, "\n") {
+			if v, ok := strings.CutPrefix(line, "HTTP_PROXY="); ok {
+				proxy, _ = url.Parse(v)
+			}
+		}
+		if proxy == nil || proxy.User == nil {
+			t.Fatalf("%s has no proxy credentials:\n%s", agent, r.Stdout)
+		}
+		pass, _ := proxy.User.Password()
+		if _, ok := s.d.Service.EgressAuth(proxy.User.Username(), pass); !ok || proxy.User.Username() != x.ComputerID {
+			t.Errorf("%s: HTTP_PROXY user %q is not its own computer %s with valid credentials", agent, proxy.User.Username(), x.ComputerID)
+		}
+	}
+	stop()
+	if left := poolContainers(t, cli, dep); len(left) > 2 {
+		// The two running sessions stay (they outlive a restart); the
+		// waiting computers are gone.
+		t.Errorf("after shutdown the engine holds %d pool containers, want the 2 of live sessions: %v", len(left), left)
+	}
+	cleanupDeployment(t, dep)
+}
+
+// cleanupDeployment removes whatever of the deployment is left on the
+// engine (sessions that outlive their supervisor by design).
+func cleanupDeployment(t *testing.T, dep string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	d, err := docker.New(docker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ms, err := d.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Labels[providers.LabelDeployment] == dep {
+			if err := d.Destroy(ctx, m.ID); err != nil {
+				t.Errorf("destroy %s: %v", m.ID, err)
+			}
+		}
+	}
+	if left := deploymentObjects(t, dep); left != "" {
+		t.Errorf("left on the engine: %s", left)
+	}
+}
+
+// TestWarmPoolConcurrentStarts: 50 starts at once, across agents, against a
+// pool of 3. Every start succeeds, the engine never holds more than 3
+// waiting computers (sampled throughout), the pool refills, and a shutdown
+// removes it.
+func TestWarmPoolConcurrentStarts(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	const size, agents, perAgent = 3, 25, 2
+	s, stop := startPoolSupervisor(t, "berth/test:latest", size)
+	cli := dockerClient(t)
+	dep := deploymentOf(t, s)
+	waitFor(t, 90*time.Second, "pool of 3 filled", func() bool { return s.d.Service.PoolStats().Waiting == size })
+	for i := range agents {
+		connect(s, fmt.Sprintf("conc%02d", i))
+	}
+
+	// Sample the engine: a pool container counts as waiting unless the
+	// store says a session claimed it.
+	var maxWaiting atomic.Int64
+	sample := func() {
+		cs := poolContainers(t, cli, dep)
+		ms, err := s.d.Store.PoolMembers(context.Background())
+		if err != nil {
+			return
+		}
+		claimed := map[string]bool{}
+		for _, m := range ms {
+			claimed[m.ComputerID] = m.State == store.PoolClaimed
+		}
+		n := int64(0)
+		for id := range cs {
+			if !claimed[id] {
+				n++
+			}
+		}
+		if n > maxWaiting.Load() {
+			maxWaiting.Store(n)
+		}
+	}
+	stopSampling := make(chan struct{})
+	sampled := make(chan int)
+	go func() {
+		n := 0
+		defer func() { sampled <- n }()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(25 * time.Millisecond):
+				sample()
+				n++
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	statuses := make([]int, agents*perAgent)
+	sessions := make([]session, agents*perAgent)
+	for i := range statuses {
+		wg.Go(func() {
+			st, err := callAPI(s.url, s.token, "POST", fmt.Sprintf("/v1/agents/conc%02d/computer/start", i%agents), "", nil, &sessions[i])
+			if err != nil {
+				t.Errorf("start %d: %v", i, err)
+			}
+			statuses[i] = st
+		})
+	}
+	wg.Wait()
+	for i, st := range statuses {
+		if st != 200 || sessions[i].State != "running" {
+			t.Errorf("start %d (agent conc%02d): status %d, session %+v", i, i%agents, st, sessions[i])
+		}
+		if other := sessions[i%agents]; sessions[i].ID != other.ID {
+			t.Errorf("agent conc%02d got two sessions: %s and %s", i%agents, sessions[i].ID, other.ID)
+		}
+	}
+	claimed := s.d.Service.PoolStats().Claimed
+	if claimed < size {
+		t.Errorf("%d starts were served from the pool, want at least %d", claimed, size)
+	}
+	// The pool refills behind the starts.
+	waitFor(t, 90*time.Second, "pool refilled", func() bool { return s.d.Service.PoolStats().Waiting == size })
+	close(stopSampling)
+	n := <-sampled
+	sample()
+	t.Logf("%d starts, %d from the pool; %d engine samples, at most %d waiting", len(statuses), claimed, n, maxWaiting.Load())
+	if got := maxWaiting.Load(); got > size || got < size {
+		t.Errorf("the engine held at most %d waiting computers, want exactly the pool's size %d", got, size)
+	}
+	if n < 10 {
+		t.Errorf("only %d engine samples", n)
+	}
+
+	// Sessions stopped, then the supervisor: nothing of the deployment is left.
+	for i := range agents {
+		wg.Go(func() { s.must("POST", fmt.Sprintf("/v1/agents/conc%02d/computer/stop", i), nil, 200, nil) })
+	}
+	wg.Wait()
+	stop()
+	if left := deploymentObjects(t, dep); left != "" {
+		t.Errorf("after the sessions stopped and the supervisor shut down, left on the engine: %s", left)
+		cleanupDeployment(t, dep)
+	}
+}
+
+// memInfo is an injected host memory reading, in percent available.
+type memInfo struct{ free atomic.Int64 }
+
+func (m *memInfo) read() (uint64, uint64, error) {
+	const total = 24 << 30
+	return uint64(m.free.Load()) * total / 100, total, nil
+}
+
+// poolService assembles a supervisor service on the docker provider with an
+// injected memory reading, without the HTTP side.
+func poolService(t *testing.T, image string, size int, mem *memInfo) (*supervisor.Service, *docker.Docker, store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := docker.New(docker.Options{HeadlessImage: image, MemoryMB: 256, NetworkPool: 1, WarmPool: size, MemInfo: mem.read,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := token.NewDeriver([]byte(strings.Repeat("k", token.MinSecretLen)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": d},
+		Box: box, Tokens: tokens, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		st.Close()
+	})
+	return svc, d, st
+}
+
+// TestWarmPoolMemoryPressure: the pool fills while memory is plentiful,
+// stops growing below 10% available, shrinks below 5%, and grows back
+// when memory returns; draining removes it.
+func TestWarmPoolMemoryPressure(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	mem := &memInfo{}
+	mem.free.Store(50)
+	svc, _, _ := poolService(t, "berth/test:latest", 2, mem)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		svc.RunPool(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		svc.DrainPool(dctx)
+	})
+	cli := dockerClient(t)
+	dep, err := svc.Deployment(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "pool filled at 50% free", func() bool { return svc.PoolStats().Waiting == 2 })
+
+	// 7% free: a claim is not replaced.
+	mem.free.Store(7)
+	if _, err := svc.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: "mem", Name: "mem"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Connect(ctx, supervisor.ConnectRequest{Agent: "mem", Provider: "docker"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Start(ctx, "mem"); err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.PoolStats(); got.Claimed != 1 || got.Waiting != 1 {
+		t.Fatalf("after a claim at 7%% free: %+v, want 1 claimed and 1 waiting", got)
+	}
+	time.Sleep(3 * time.Second) // three pool passes
+	if got := svc.PoolStats(); got.Waiting != 1 || got.Creating != 0 {
+		t.Fatalf("the pool grew at 7%% free: %+v", got)
+	}
+
+	// 3% free: the waiting computer goes; the session's stays.
+	mem.free.Store(3)
+	waitFor(t, 30*time.Second, "pool shrunk at 3% free", func() bool {
+		return svc.PoolStats().Waiting == 0 && len(poolContainers(t, cli, dep)) == 1
+	})
+	if _, err := svc.Exec(ctx, "mem", supervisor.ExecRequest{Command: "true"}); err != nil {
+		t.Errorf("the session's computer after the pool shrank: %v", err)
+	}
+
+	// Memory back: the pool grows to its size again.
+	mem.free.Store(40)
+	waitFor(t, 90*time.Second, "pool refilled at 40% free", func() bool { return svc.PoolStats().Waiting == 2 })
+	if _, err := svc.Stop(ctx, "mem"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-ran
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer dcancel()
+	if n := svc.DrainPool(dctx); n != 2 {
+		t.Errorf("drain removed %d computers, want 2", n)
+	}
+	if left := deploymentObjects(t, dep); left != "" {
+		t.Errorf("left on the engine: %s", left)
+	}
+}

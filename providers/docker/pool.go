@@ -1,0 +1,106 @@
+package docker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers"
+)
+
+// The warm pool. A start on a cold engine costs most of a second, nearly
+// all of it the runtime starting the container; only a computer started
+// ahead of time beats that. The supervisor keeps WarmPool headless
+// computers waiting (supervisor/pool.go): each fully hardened, in its own
+// network and with its own volume, started, and unbound: computerd knows
+// only the SHA-256 of a one-time bind secret that lives in the memory of
+// the supervisor that made it. A start claims one in the store and binds
+// it to the session with one call; a used computer is destroyed with its
+// session and never waits again.
+//
+// Pool computers are machines like any other (named berth-c-<id>, with the
+// dev.berth.* labels), plus dev.berth.pool=true, and have no session or
+// agent label: labels cannot change after a container is made, so the
+// store records which session claimed which computer.
+
+// PoolSize is how many computers the warm pool keeps waiting
+// (WARM_POOL_SIZE).
+func (d *Docker) PoolSize() int { return d.opts.WarmPool }
+
+// CreatePooled starts a headless computer that waits unbound for the
+// holder of the bind secret whose hex SHA-256 is bindHash. spec names the
+// computer, its attempt and deployment; its session, agent, token hash and
+// environment are left empty, for the bind to give.
+func (d *Docker) CreatePooled(ctx context.Context, spec providers.Spec, bindHash string) (providers.Machine, error) {
+	if !computerID.MatchString(spec.ComputerID) {
+		return providers.Machine{}, fmt.Errorf("create pooled computer: computer id %q: want 1 to 128 letters, digits, '_', '.' or '-'", spec.ComputerID)
+	}
+	if !tokenHash.MatchString(bindHash) {
+		return providers.Machine{}, errors.New("create pooled computer: bind hash: want the hex SHA-256 of the bind secret (64 lowercase hex digits)")
+	}
+	if spec.Image != "" && spec.Image != providers.ImageHeadless {
+		return providers.Machine{}, fmt.Errorf("create pooled computer %s: %w: the warm pool holds %s computers only", spec.ComputerID, providers.ErrBadImage, providers.ImageHeadless)
+	}
+	if spec.AttemptID == "" {
+		spec.AttemptID = newAttemptID()
+	}
+	spec.Image, spec.SessionID, spec.AgentID, spec.TokenHash = providers.ImageHeadless, "", "", ""
+	spec.Env = map[string]string{computerd.EnvBindHash: bindHash}
+	labels := spec.Labels()
+	labels[providers.LabelPool] = "true"
+	start := time.Now()
+	m, err := d.create(ctx, spec, d.opts.HeadlessImage, labels)
+	if err != nil {
+		d.cleanup(ctx, spec.ComputerID, spec.AttemptID)
+		return providers.Machine{}, fmt.Errorf("create pooled computer %s: %w", spec.ComputerID, err)
+	}
+	d.log.Info("pooled computer started", "computer", spec.ComputerID, "endpoint", m.Endpoint,
+		"took", time.Since(start).Round(time.Millisecond))
+	return m, nil
+}
+
+// MemInfo reports the host's available and total memory, which the pool
+// checks before it grows (Options.MemInfo).
+func (d *Docker) MemInfo() (available, total uint64, err error) { return d.opts.MemInfo() }
+
+// hostMemInfo reads MemAvailable and MemTotal from /proc/meminfo.
+func hostMemInfo() (available, total uint64, err error) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read host memory: %w", err)
+	}
+	return parseMemInfo(raw)
+}
+
+// parseMemInfo reads MemAvailable and MemTotal (kB) from /proc/meminfo's text.
+func parseMemInfo(raw []byte) (available, total uint64, err error) {
+	var haveAvail, haveTotal bool
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		v, perr := strconv.ParseUint(f[1], 10, 64)
+		if perr != nil {
+			continue
+		}
+		switch f[0] {
+		case "MemAvailable:":
+			available, haveAvail = v<<10, true
+		case "MemTotal:":
+			total, haveTotal = v<<10, true
+		}
+	}
+	if !haveAvail || !haveTotal || total == 0 {
+		return 0, 0, errors.New("read host memory: /proc/meminfo has no MemAvailable and MemTotal")
+	}
+	return available, total, nil
+}
