@@ -46,6 +46,9 @@ type Config struct {
 	// OnConnect, if set, is called each time a connection is established
 	// (for resyncing state after a reconnect).
 	OnConnect func()
+	// OnDisconnect, if set, is called with the reason each time the link
+	// is lost or an attempt to connect fails.
+	OnDisconnect func(error)
 }
 
 // ErrUnauthorized is returned by Connect when the relay refuses the token.
@@ -81,6 +84,9 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("relay link lost", "err", err)
 		} else if ctx.Err() == nil {
 			log.Warn("connect to relay failed", "err", err)
+		}
+		if cfg.OnDisconnect != nil && ctx.Err() == nil {
+			cfg.OnDisconnect(err)
 		}
 		if err := b.Wait(ctx); err != nil {
 			return err

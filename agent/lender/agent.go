@@ -1,0 +1,136 @@
+package lender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay/relayclient"
+)
+
+// AgentOptions configure a whole lending agent (RunAgent): the lender, its
+// ledger and control socket, and the relay link.
+type AgentOptions struct {
+	// AgentID and Token are the companion id and token from pairing.
+	AgentID string
+	Token   string
+	// RelayURL is the relay's websocket endpoint (from pairing).
+	RelayURL string
+	// SupervisorURL is shown in the status.
+	SupervisorURL string
+	// DataDir holds the ledger, the settings and the control socket.
+	DataDir string
+	// Socket is the control socket's path; empty is DataDir/agent.sock,
+	// "off" serves none.
+	Socket string
+	// Docker holds the engine address and images; CPUs and memory come
+	// from the owner's settings. Networks are made per computer (no pool),
+	// so that each computer's network carries its labels.
+	Docker docker.Options
+	// HTTPClient dials the relay; nil is the default client.
+	HTTPClient *http.Client
+	// Backoff spaces reconnects; nil is relayclient's default.
+	Backoff *relayclient.Backoff
+	Clock   clock.Clock
+	Logger  *slog.Logger
+	Version string
+	// Ready, if set, is called with the lender once it serves.
+	Ready func(*Lender)
+}
+
+// RunAgent runs a lending agent until ctx ends: it matches the engine to
+// the ledger (adopting or offering to clean up), serves the control socket
+// and keeps the relay link up. Computers keep running after it returns.
+func RunAgent(ctx context.Context, o AgentOptions) error {
+	if o.AgentID == "" || o.Token == "" {
+		return errors.New("agent: not paired (run berth agent pair CODE --supervisor URL)")
+	}
+	if o.RelayURL == "" {
+		return errors.New("agent: no relay URL: the supervisor named none at pairing; give --relay")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("agent: data folder: %w", err)
+	}
+	led, err := ledger.OpenFile(ctx, filepath.Join(o.DataDir, ledger.FileName))
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	base := o.Docker
+	base.NetworkPool = 0
+	base.Logger = log
+	probe, err := docker.New(base) // checks the engine address and images
+	if err != nil {
+		return err
+	}
+	host := probe.Options().Host
+	probe.Close()
+	eng, err := NewDockerEngine(host)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	l, err := New(Config{
+		AgentID: o.AgentID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
+		Version: o.Version, RelayURL: o.RelayURL,
+		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.AgentID},
+		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
+			opts := base
+			opts.CPUs, opts.MemoryMB = cpus, memoryMB
+			return docker.New(opts)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if _, err := l.Start(ctx); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if o.Socket != "off" {
+		path := o.Socket
+		if path == "" {
+			path = filepath.Join(o.DataDir, control.SocketName)
+		}
+		ln, err := control.Listen(path)
+		if err != nil {
+			return err
+		}
+		log.Info("control socket listening", "path", path)
+		wg.Go(func() {
+			if err := control.Serve(ctx, ln, l, log); err != nil {
+				log.Warn("control socket stopped", "err", err)
+			}
+			os.Remove(path)
+		})
+	}
+	if o.Ready != nil {
+		o.Ready(l)
+	}
+	err = l.Serve(ctx, relayclient.Config{
+		URL: o.RelayURL, Token: o.Token, HTTPClient: o.HTTPClient, Logger: log,
+		Clock: o.Clock, Version: o.Version, Backoff: o.Backoff,
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,129 @@
+package lender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/relay"
+)
+
+// maxCreateBody bounds a create request.
+const maxCreateBody = 1 << 20
+
+// Handler returns the API the supervisor reaches over the relay link.
+func (l *Lender) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathComputers, l.handleCreate)
+	mux.HandleFunc("GET "+PathComputers, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, l.Computers())
+	})
+	mux.HandleFunc("DELETE "+PathComputer, func(w http.ResponseWriter, r *http.Request) {
+		if err := l.Destroy(r.Context(), r.PathValue("id")); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc(PathComputer+ComputerdPrefix+"/{rest...}", l.handleComputerd)
+	mux.HandleFunc("GET "+PathState, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, l.State())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (l *Lender) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req CreateRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCreateBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, badRequest("body: %v", err))
+		return
+	}
+	c, err := l.Create(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, c)
+}
+
+// handleComputerd proxies a request to the computer's computerd. The
+// supervisor's bearer token for the computer passes through untouched; when
+// it matches the computer's token hash the agent keeps it in memory, to
+// take screenshots for the owner. A proxied call runs to its end even when
+// the relay link drops mid-call, so that a command is never cut half-way
+// by the link; its answer is then lost and the supervisor reports it as
+// uncertain.
+func (l *Lender) handleComputerd(w http.ResponseWriter, r *http.Request) {
+	c, err := l.lookup(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	target, err := url.Parse(c.endpoint)
+	if err != nil || c.endpoint == "" {
+		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "computer %s has no address", c.s.ComputerID))
+		return
+	}
+	if tok := relay.BearerToken(r.Header.Get("Authorization")); tok != "" && c.s.TokenHash != "" && token.Check(tok, c.s.TokenHash) {
+		c.mu.Lock()
+		c.token = tok
+		c.mu.Unlock()
+	}
+	rest := "/" + r.PathValue("rest")
+	upgrade := r.Header.Get("Upgrade") != ""
+	if !upgrade {
+		r = r.WithContext(context.WithoutCancel(r.Context()))
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + rest
+			pr.Out.URL.RawPath = ""
+			pr.Out.Host = target.Host
+		},
+		Transport:     l.transport,
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			l.log.Warn("computerd unreachable", "computer", c.s.ComputerID, "path", rest, "err", err)
+			writeError(w, errorf(http.StatusBadGateway, CodeUnavailable, "computer %s did not answer", c.s.ComputerID))
+		},
+	}
+	p.ServeHTTP(w, r)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, ErrClosed) {
+		err = errorf(http.StatusServiceUnavailable, CodeUnavailable, "the agent is shutting down")
+	}
+	e := AsError(err)
+	writeJSON(w, e.Status, ErrorBody{Error: e})
+}
+
+// ReadError decodes an error answer of the lender's API; ok is false when
+// the body is not one (an answer from something else on the way).
+func ReadError(resp *http.Response) (e *Error, ok bool) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var eb ErrorBody
+	if json.Unmarshal(b, &eb) != nil || eb.Error == nil || eb.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: CodeUnavailable, Message: strings.TrimSpace(string(b))}, false
+	}
+	eb.Error.Status = resp.StatusCode
+	return eb.Error, true
+}

@@ -1,0 +1,240 @@
+package lender
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
+)
+
+// Report says what Start found on the engine.
+type Report struct {
+	Adopted  int // running computers of open sessions, kept
+	Cleaned  int // computers of ended or expired sessions, removed
+	Vanished int // open sessions whose computer was gone, closed
+	Prompts  int // leftovers the owner is asked about
+}
+
+// Start matches what this agent finds on the Docker engine (by its own
+// deployment label, so never another agent's) to its ledger: the running
+// computer of an open session is adopted and watched again; the remains of
+// an ended or expired session are removed; an open session whose computer
+// is gone is closed; anything the ledger does not know is listed as a
+// cleanup prompt for the owner, kind by kind. Call it once before serving.
+func (l *Lender) Start(ctx context.Context) (Report, error) {
+	var rep Report
+	d, err := l.provider()
+	if err != nil {
+		return rep, err
+	}
+	res, err := l.cfg.Engine.Resources(ctx, l.deployment)
+	if err != nil {
+		return rep, fmt.Errorf("find leftovers: %w", err)
+	}
+	ms, err := d.List(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("find computers: %w", err)
+	}
+	endpoints := map[string]string{} // computer id → computerd URL, running containers only
+	for _, m := range ms {
+		if m.Labels[providers.LabelDeployment] == l.deployment && m.Endpoint != "" {
+			endpoints[m.Labels[providers.LabelComputer]] = m.Endpoint
+		}
+	}
+	byComputer := map[string][]Resource{}
+	var ids []string
+	for _, r := range res {
+		id := r.Labels[providers.LabelComputer]
+		if _, ok := byComputer[id]; !ok {
+			ids = append(ids, id)
+		}
+		byComputer[id] = append(byComputer[id], r)
+	}
+	slices.Sort(ids)
+	now := l.clk.Now()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+		s, err := l.cfg.Ledger.Get(ctx, id)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound) || id == "":
+			for _, r := range byComputer[id] {
+				if l.prompt(ctx, r, "not in this agent's ledger: it may be from a lost ledger or a start cut short") {
+					rep.Prompts++
+				}
+			}
+		case err != nil:
+			return rep, err
+		case s.Open() && endpoints[id] != "" && now.Before(s.ExpiresAt):
+			l.adopt(s, endpoints[id])
+			rep.Adopted++
+		default:
+			reason := "ended"
+			switch {
+			case s.Open() && !now.Before(s.ExpiresAt):
+				reason = "expired while the agent was down"
+			case s.Open():
+				reason = "computer stopped while the agent was down"
+			}
+			if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
+				l.log.Warn("remove leftover computer", "computer", id, "err", err)
+				for _, r := range byComputer[id] {
+					if l.prompt(ctx, r, "could not be removed: "+err.Error()) {
+						rep.Prompts++
+					}
+				}
+				continue
+			}
+			if s.Open() {
+				l.cfg.Ledger.End(ctx, id, earlier(now, s.ExpiresAt), reason)
+			}
+			l.log.Info("removed leftover computer", "computer", id, "reason", reason)
+			rep.Cleaned++
+		}
+	}
+	open, err := l.cfg.Ledger.OpenSessions(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, s := range open {
+		if seen[s.ComputerID] {
+			continue
+		}
+		l.mu.Lock()
+		_, running := l.running[s.ComputerID]
+		_, starting := l.starting[s.ComputerID]
+		l.mu.Unlock()
+		if running || starting {
+			continue
+		}
+		l.cfg.Ledger.End(ctx, s.ComputerID, earlier(now, s.ExpiresAt), "computer gone")
+		rep.Vanished++
+	}
+	l.log.Info("matched the engine to the ledger", "adopted", rep.Adopted, "cleaned", rep.Cleaned, "vanished", rep.Vanished, "prompts", rep.Prompts)
+	return rep, nil
+}
+
+func (l *Lender) adopt(s ledger.Session, endpoint string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.running[s.ComputerID] != nil {
+		return
+	}
+	c := &computer{s: s, endpoint: endpoint, stop: make(chan struct{})}
+	l.running[s.ComputerID] = c
+	l.watch(c)
+	l.log.Info("adopted running computer", "computer", s.ComputerID, "agent", s.Agent, "expires", s.ExpiresAt)
+}
+
+// prompt adds a cleanup prompt for r unless the owner kept it or it is
+// already listed; it reports whether it added one.
+func (l *Lender) prompt(ctx context.Context, r Resource, reason string) bool {
+	if kept, err := l.cfg.Ledger.Kept(ctx, r.Kind, r.Name); err != nil || kept {
+		return false
+	}
+	h := sha256.Sum256([]byte(r.Kind + "\x00" + r.Name))
+	p := &control.CleanupPrompt{
+		ID: "lo_" + hex.EncodeToString(h[:6]), Kind: r.Kind, Name: r.Name,
+		Computer: r.Labels[providers.LabelComputer], Session: r.Labels[providers.LabelSession],
+		Agent: r.Labels[providers.LabelAgent], Reason: reason, Found: l.clk.Now(), State: control.CleanupOpen,
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.prompts {
+		if q.ID == p.ID {
+			return false
+		}
+	}
+	l.prompts = append(l.prompts, p)
+	l.log.Warn("leftover needs the owner's decision", "prompt", p.ID, "kind", p.Kind, "name", p.Name, "reason", reason)
+	return true
+}
+
+// Cleanups lists the open cleanup prompts.
+func (l *Lender) Cleanups() []control.CleanupPrompt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]control.CleanupPrompt, 0, len(l.prompts))
+	for _, p := range l.prompts {
+		out = append(out, *p)
+	}
+	return out
+}
+
+// ResolveCleanup removes a leftover (remove) or keeps it and stops asking.
+func (l *Lender) ResolveCleanup(ctx context.Context, id string, remove bool) (control.CleanupPrompt, error) {
+	l.mu.Lock()
+	i := slices.IndexFunc(l.prompts, func(p *control.CleanupPrompt) bool { return p.ID == id })
+	if i < 0 {
+		l.mu.Unlock()
+		return control.CleanupPrompt{}, errorf(http.StatusNotFound, CodeNotFound, "no cleanup prompt %q", id)
+	}
+	p := *l.prompts[i]
+	l.mu.Unlock()
+	if remove {
+		if err := l.cfg.Engine.Remove(ctx, p.Kind, p.Name); err != nil {
+			msg := err.Error()
+			if p.Kind != control.KindContainer && strings.Contains(msg, "in use") {
+				msg += " (remove its container first)"
+			}
+			return p, errorf(http.StatusConflict, CodeConflict, "%s", msg)
+		}
+		p.State = control.CleanupRemoved
+	} else {
+		if err := l.cfg.Ledger.Keep(ctx, p.Kind, p.Name, l.clk.Now()); err != nil {
+			return p, err
+		}
+		p.State = control.CleanupKept
+	}
+	l.mu.Lock()
+	l.prompts = slices.DeleteFunc(l.prompts, func(q *control.CleanupPrompt) bool { return q.ID == id })
+	l.mu.Unlock()
+	l.log.Info("leftover resolved", "prompt", id, "kind", p.Kind, "name", p.Name, "state", p.State)
+	return p, nil
+}
+
+// Resync checks the running computers against the engine, after the relay
+// link came back: computers that went away meanwhile are closed in the
+// ledger, so that the supervisor's next list is true.
+func (l *Lender) Resync(ctx context.Context) error {
+	d, err := l.provider()
+	if err != nil {
+		return err
+	}
+	ms, err := d.List(ctx)
+	if err != nil {
+		return err
+	}
+	alive := map[string]bool{}
+	for _, m := range ms {
+		if m.Labels[providers.LabelDeployment] == l.deployment && m.Endpoint != "" {
+			alive[m.Labels[providers.LabelComputer]] = true
+		}
+	}
+	for _, c := range l.Computers() {
+		if !alive[c.ComputerID] {
+			l.log.Warn("computer gone while the relay was away", "computer", c.ComputerID)
+			if err := l.end(ctx, c.ComputerID, "computer gone"); err != nil {
+				l.log.Warn("close vanished computer", "computer", c.ComputerID, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
