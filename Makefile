@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help build run test test-short images docker bench lint clean
+.PHONY: help build run test test-short images docker bench lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,14 @@ bench: docker images ## run the benchmarks; each row has our figure, its baselin
 	@$(GO) test -run '^$$' -bench . -benchtime 10x -count 1 ./e2e/ ./providers/docker/ 2>&1 | $(BENCH_AWK)
 	@$(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/ 2>&1 | $(BENCH_AWK)
 	@$(GO) test -run '^$$' -bench . -count 1 ./supervisor/store/... ./supervisor/egress/ ./relay/... 2>&1 | $(BENCH_AWK)
+
+app: ## build the companion app, bin/berth-companion (cgo: gcc and the GL/X11 headers, see docs/companion.md)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/berth-companion ./cmd/berth-companion
+
+FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4
+app-package: ## package the companion for Linux with fyne package: bin/berth-companion-linux.tar.xz
+	cd cmd/berth-companion && $(GO) run $(FYNE_CLI) package --os linux --release
+	mkdir -p bin && mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
 
 lint: ## vet and check formatting
 	$(GO) vet ./...

@@ -75,6 +75,17 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer stop()
 
+	// The tray only where a session bus answers: without one the tray
+	// library fails, and the window is all there is. Asked before the app
+	// starts, so that nothing in it autolaunches a bus.
+	busErr := dbusprobe.SessionBus(ctx, 2*time.Second)
+	if busErr != nil && os.Getenv("DBUS_SESSION_BUS_ADDRESS") == "" {
+		// Without this, the D-Bus library's autolaunch would start a stray
+		// session bus (dbus-launch) for the theme portal or the keyring,
+		// left running after the app quits.
+		os.Setenv("DBUS_SESSION_BUS_ADDRESS", "disabled:")
+	}
+
 	a := fyneapp.NewWithID(AppID)
 	a.SetIcon(fyne.NewStaticResource("Icon.png", Icon))
 	w := a.NewWindow("Berth")
@@ -104,11 +115,9 @@ func Run(ctx context.Context, opts Options) error {
 		},
 	})
 
-	// The tray only where a session bus answers: without one the tray
-	// library fails, and the window is all there is.
 	tray := false
-	if err := dbusprobe.SessionBus(ctx, 2*time.Second); err != nil {
-		log.Info("no system tray", "reason", err)
+	if busErr != nil {
+		log.Info("no system tray", "reason", busErr)
 	} else if d, ok := a.(desktop.App); ok {
 		u.EnableTray(d)
 		d.SetSystemTrayWindow(w)
