@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help build run test test-short images docker bench lint clean app app-package
+.PHONY: help build run test test-short images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -31,19 +31,19 @@ test: docker images ## run the whole suite, Docker integration tests included
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...
 
-BENCH_AWK := awk '/^Benchmark/ { printf "%-45s", $$1; for (i = 3; i < NF; i += 2) printf "  %s %s", $$i, $$(i+1); print "" } /^(ok|FAIL|---)/'
-bench: docker images ## run the benchmarks; each row has our figure, its baseline from the same run, and their ratio
-	@$(GO) test -run '^$$' -bench . -benchtime 10x -count 1 ./e2e/ ./providers/docker/ 2>&1 | $(BENCH_AWK)
-	@$(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/ 2>&1 | $(BENCH_AWK)
-	@$(GO) test -run '^$$' -bench . -count 1 ./supervisor/store/... ./supervisor/egress/ ./relay/... 2>&1 | $(BENCH_AWK)
+# make bench prints one table (e2e/benchtable): a row per figure a benchmark
+# reports, with its baseline from the same run, their ratio and the target.
+# Benchmarks in BENCH_PKGS run at the default benchtime; add packages there.
+BENCH_TABLE := $(GO) run ./e2e/benchtable
+BENCH_PKGS ?= ./supervisor/store/... ./supervisor/egress/ ./relay/...
+bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
+	@{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density' -benchtime 10x -count 1 ./e2e/ ./providers/docker/; \
+	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 ./e2e/; \
+	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/; \
+	   $(GO) test -run '^$$' -bench . -count 1 $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE)
 
-app: ## build the companion app, bin/berth-companion (cgo: gcc and the GL/X11 headers, see docs/companion.md)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/berth-companion ./cmd/berth-companion
-
-FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4
-app-package: ## package the companion for Linux with fyne package: bin/berth-companion-linux.tar.xz
-	cd cmd/berth-companion && $(GO) run $(FYNE_CLI) package --os linux --release
-	mkdir -p bin && mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
+bench-density: docker images ## start BERTH_DENSITY_N (default 100) idle headless computers: how many fit, memory each, supervisor RSS
+	@BERTH_BENCH_DENSITY=1 $(GO) test -run '^$$' -bench Density -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | $(BENCH_TABLE)
 
 lint: ## vet and check formatting
 	$(GO) vet ./...

@@ -1,0 +1,282 @@
+// Command benchtable turns `go test -bench` output into the one table that
+// `make bench` prints: a row per figure a benchmark reports, with the
+// baseline measured in the same run, their ratio, and the target.
+//
+// It reads the benchmark output on stdin. By convention a benchmark reports
+// its baseline under a unit starting with "bare-", "direct-", "docker-" or
+// "base-", and may report "ratio" (ours divided by the baseline, in the
+// units shown; the median of paired runs where the benchmark pairs them).
+// Every other unit is one of our figures and gets a row: its baseline is
+// the baseline with the same unit after the first '-' (proxy-MB/s and
+// direct-MB/s), or the only baseline the benchmark has. A benchmark that
+// reports nothing of its own shows its ns/op. New benchmarks need no change
+// here; a target is added to the targets table below.
+//
+// Failures (FAIL lines, a failed benchmark's messages, panics) are shown
+// after the table and make the exit status 1; other lines (logs) are
+// dropped, or passed to stderr with -v.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// target is what a figure must reach.
+type target struct {
+	text string
+	ok   func(value, ratio float64, hasRatio bool) bool
+}
+
+func atMost(v float64, unit string) target {
+	return target{fmt.Sprintf("at most %g %s", v, unit), func(x, _ float64, _ bool) bool { return x <= v }}
+}
+
+func atLeast(v float64, unit string) target {
+	return target{fmt.Sprintf("at least %g %s", v, unit), func(x, _ float64, _ bool) bool { return x >= v }}
+}
+
+func ratioAtMost(v float64) target {
+	return target{fmt.Sprintf("ratio at most %gx", v), func(_, r float64, has bool) bool { return has && r <= v }}
+}
+
+func ratioAtLeast(v float64) target {
+	return target{fmt.Sprintf("ratio at least %gx", v), func(_, r float64, has bool) bool { return has && r >= v }}
+}
+
+// targets by package, benchmark (without the -N suffix) and unit.
+var targets = map[string]target{
+	"e2e BenchmarkWarmStart warm-start-to-exec-ms":             atMost(40, "ms (p50 over 50 starts)"),
+	"e2e BenchmarkColdStart start-to-exec-ms":                  ratioAtMost(1.15),
+	"e2e BenchmarkExec rest-exec-ms":                           ratioAtMost(0.2),
+	"e2e BenchmarkExecMCP mcp-exec-ms":                         ratioAtMost(0.2),
+	"e2e BenchmarkExec computerd-rss-MB":                       atMost(15, "MB"),
+	"e2e BenchmarkDensity computers-started":                   atLeast(100, "computers"),
+	"e2e BenchmarkDensity computers-that-fit":                  atLeast(100, "computers"),
+	"e2e BenchmarkDensity supervisor-rss-MB":                   atMost(200, "MB"),
+	"api BenchmarkExecCalls/sqlite calls/s":                    atLeast(2000, "calls/s"),
+	"api BenchmarkExecCalls/sqlite overhead-p99-ms":            atMost(5, "ms"),
+	"api BenchmarkExecCalls/postgres overhead-p99-ms":          atMost(5, "ms"),
+	"egress BenchmarkProxyVsDirect/body=1KiB p50-added-µs":     atMost(1000, "µs"),
+	"egress BenchmarkConnect1GiB proxy-MB/s":                   ratioAtLeast(0.8),
+	"relayserver BenchmarkDownload100MB relay-MB/s":            ratioAtLeast(0.5),
+	"relayserver BenchmarkIdleAgentMemory relay-total-B/agent": atMost(65536, "B"),
+	"docker BenchmarkColdStart/network-pool create-ms":         ratioAtMost(1.15),
+}
+
+var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}
+
+func isBaseline(unit string) bool {
+	for _, p := range baselinePrefixes {
+		if strings.HasPrefix(unit, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// tail is a unit without its first dash-separated word.
+func tail(unit string) string {
+	if _, t, ok := strings.Cut(unit, "-"); ok {
+		return t
+	}
+	return unit
+}
+
+type metric struct {
+	value float64
+	unit  string
+}
+
+type row struct {
+	pkg, bench, unit string
+	ours             float64
+	base             *metric
+	ratio            float64
+	hasRatio         bool
+}
+
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+(\d+)\s+(.*)$`)
+
+// parse reads go test output: rows of benchmark figures, the failures, and
+// the other lines.
+func parse(r io.Reader, other io.Writer) (rows []row, failures []string) {
+	pkg := ""
+	inFail := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		indented := strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")
+		switch {
+		case inFail && indented:
+			failures = append(failures, line)
+			continue
+		case strings.HasPrefix(line, "pkg: "):
+			pkg = path.Base(strings.TrimSpace(strings.TrimPrefix(line, "pkg: ")))
+			inFail = false
+			continue
+		case strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "panic:"):
+			failures = append(failures, line)
+			inFail = strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "panic:")
+			continue
+		}
+		inFail = false
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			fmt.Fprintln(other, line)
+			continue
+		}
+		rows = append(rows, rowsOf(pkg, m[1], strings.Fields(m[4]))...)
+	}
+	return rows, failures
+}
+
+// rowsOf makes the rows of one benchmark result from its value-unit pairs.
+func rowsOf(pkg, bench string, fields []string) []row {
+	var ours, bases []metric
+	var nsop *metric
+	ratio, hasRatio := 0.0, false
+	for i := 0; i+1 < len(fields); i += 2 {
+		v, err := strconv.ParseFloat(fields[i], 64)
+		if err != nil {
+			continue
+		}
+		u := fields[i+1]
+		switch {
+		case u == "ratio":
+			ratio, hasRatio = v, true
+		case u == "ns/op":
+			nsop = &metric{v, u}
+		case u == "B/op" || u == "allocs/op":
+		case isBaseline(u):
+			bases = append(bases, metric{v, u})
+		default:
+			ours = append(ours, metric{v, u})
+		}
+	}
+	if len(ours) == 0 && nsop != nil && nsop.value != 0 {
+		ours = append(ours, *nsop)
+	}
+	var rows []row
+	for _, o := range ours {
+		r := row{pkg: pkg, bench: bench, unit: o.unit, ours: o.value}
+		for i := range bases {
+			if tail(bases[i].unit) == tail(o.unit) {
+				r.base = &bases[i]
+			}
+		}
+		if r.base == nil && len(bases) == 1 && len(ours) == 1 {
+			r.base = &bases[0]
+		}
+		rows = append(rows, r)
+	}
+	// The reported ratio belongs to the one row with a baseline; other rows
+	// with a baseline get theirs computed.
+	withBase := 0
+	for _, r := range rows {
+		if r.base != nil {
+			withBase++
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		switch {
+		case r.base != nil && withBase == 1 && hasRatio:
+			r.ratio, r.hasRatio = ratio, true
+		case r.base != nil && r.base.value != 0:
+			r.ratio, r.hasRatio = r.ours/r.base.value, true
+		case len(rows) == 1 && hasRatio:
+			r.ratio, r.hasRatio = ratio, true
+		}
+	}
+	return rows
+}
+
+func num(v float64) string {
+	switch a := v; {
+	case a == 0:
+		return "0"
+	case a >= 10000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// table renders rows, in the order they came, as an aligned Markdown table.
+func table(w io.Writer, rows []row) (missed int) {
+	cells := [][]string{{"benchmark", "figure", "ours", "baseline (same run)", "ratio", "target"}}
+	for _, r := range rows {
+		base, ratio, tgt := "", "", ""
+		if r.base != nil {
+			base = num(r.base.value) + " " + r.base.unit
+		}
+		if r.hasRatio {
+			ratio = num(r.ratio) + "x"
+		}
+		if t, ok := targets[r.pkg+" "+r.bench+" "+r.unit]; ok {
+			verdict := "met"
+			if !t.ok(r.ours, r.ratio, r.hasRatio) {
+				verdict = "NOT MET"
+				missed++
+			}
+			tgt = t.text + ": " + verdict
+		}
+		cells = append(cells, []string{r.pkg + " " + strings.TrimPrefix(r.bench, "Benchmark"), r.unit, num(r.ours), base, ratio, tgt})
+	}
+	width := make([]int, len(cells[0]))
+	for _, c := range cells {
+		for i, s := range c {
+			width[i] = max(width[i], len([]rune(s)))
+		}
+	}
+	line := func(c []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, s := range c {
+			b.WriteString(" " + s + strings.Repeat(" ", width[i]-len([]rune(s))) + " |")
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	line(cells[0])
+	sep := make([]string, len(width))
+	for i, n := range width {
+		sep[i] = strings.Repeat("-", n)
+	}
+	line(sep)
+	for _, c := range cells[1:] {
+		line(c)
+	}
+	return missed
+}
+
+func main() {
+	other := io.Discard
+	if len(os.Args) > 1 && os.Args[1] == "-v" {
+		other = os.Stderr
+	}
+	rows, failures := parse(os.Stdin, other)
+	missed := table(os.Stdout, rows)
+	if missed > 0 {
+		fmt.Printf("\n%d figure(s) miss their target.\n", missed)
+	}
+	if len(failures) > 0 {
+		fmt.Println()
+	}
+	for _, f := range failures {
+		fmt.Println(f)
+	}
+	if len(failures) > 0 {
+		os.Exit(1)
+	}
+}

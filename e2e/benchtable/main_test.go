@@ -1,0 +1,66 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+pkg: github.com/berthdev/berth/e2e
+BenchmarkColdStart-2   	      10	 825498674 ns/op	       616.9 bare-create+start-ms	         0.73 ratio	         451.0 start-to-exec-ms
+BenchmarkWarmStart-2   	      50	 825498674 ns/op	       216.9 bare-create+start-ms	         0.04131 ratio	         6.491 warm-start-to-exec-ms
+--- BENCH: BenchmarkWarmStart-2
+    e2e_test.go:119: time=... level=INFO msg=started
+pkg: github.com/berthdev/berth/supervisor/egress
+BenchmarkProxyVsDirect/body=1KiB-2   	    5000	         0 ns/op	     81000 direct-ns/op	        84.00 p50-added-µs	    165000 proxy-ns/op	         2.04 ratio
+BenchmarkConnect1GiB-2   	       1	  1000 ns/op	      2169 direct-MB/s	       985.0 proxy-MB/s	         0.45 ratio
+pkg: github.com/berthdev/berth/supervisor/store/sqlstore
+BenchmarkLiveSession/sqlite-2   	   10000	     88000 ns/op
+--- FAIL: BenchmarkFiles
+    bench_test.go:344: POST write_file: status 422, want 200
+FAIL	github.com/berthdev/berth/e2e	14.980s
+`
+
+func TestParse(t *testing.T) {
+	rows, failures := parse(strings.NewReader(sample), io.Discard)
+	type want struct {
+		bench, unit string
+		ours, base  float64
+		ratio       float64
+	}
+	wants := []want{
+		{"BenchmarkColdStart", "start-to-exec-ms", 451, 616.9, 0.73},
+		{"BenchmarkWarmStart", "warm-start-to-exec-ms", 6.491, 216.9, 0.04131},
+		{"BenchmarkProxyVsDirect/body=1KiB", "p50-added-µs", 84, 0, 0},
+		{"BenchmarkProxyVsDirect/body=1KiB", "proxy-ns/op", 165000, 81000, 2.04},
+		{"BenchmarkConnect1GiB", "proxy-MB/s", 985, 2169, 0.45},
+		{"BenchmarkLiveSession/sqlite", "ns/op", 88000, 0, 0},
+	}
+	if len(rows) != len(wants) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(wants), rows)
+	}
+	for i, w := range wants {
+		r := rows[i]
+		base := 0.0
+		if r.base != nil {
+			base = r.base.value
+		}
+		if r.bench != w.bench || r.unit != w.unit || r.ours != w.ours || base != w.base || r.ratio != w.ratio {
+			t.Errorf("row %d: %s %s %g base %g ratio %g, want %+v", i, r.bench, r.unit, r.ours, base, r.ratio, w)
+		}
+	}
+	if len(failures) != 3 || !strings.Contains(failures[1], "status 422") {
+		t.Errorf("failures %q", failures)
+	}
+	var out strings.Builder
+	// The 1 GiB CONNECT misses its target; the table says so.
+	if missed := table(&out, rows); missed != 1 {
+		t.Errorf("%d targets missed, want 1:\n%s", missed, out.String())
+	}
+	for _, want := range []string{"| e2e WarmStart ", "216.9 bare-create+start-ms", "at most 40 ms (p50 over 50 starts): met", "ratio at least 0.8x: NOT MET"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
