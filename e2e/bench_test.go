@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/moby/moby/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor/daemon"
