@@ -1,11 +1,16 @@
 package docker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // An internal Docker network drops what a computer sends on to other
@@ -44,9 +49,92 @@ func GuardHost(ctx context.Context, allowTCP ...int) error {
 	return nil
 }
 
+const allowComment = "berth: egress proxy"
+
 func allowRule(port int) []string {
 	return []string{"INPUT", "-i", BridgePrefix + "+", "-p", "tcp", "--dport", strconv.Itoa(port),
-		"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "berth: egress proxy", "-j", "ACCEPT"}
+		"-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", allowComment, "-j", "ACCEPT"}
+}
+
+var allowPort = regexp.MustCompile(`--dport (\d+)\b`)
+
+// RemoveStaleOpenings removes the rules that let computers reach a port
+// (GuardHost's openings for an egress proxy) where nothing on this host
+// listens any more: what a supervisor that was killed left behind. A port
+// that something listens on is left open, since another supervisor on this
+// host may own it. It returns the ports it closed.
+func RemoveStaleOpenings(ctx context.Context) ([]int, error) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoFirewall, err)
+	}
+	out, err := exec.CommandContext(ctx, "iptables", "-w", "5", "-S", "INPUT").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: iptables -S INPUT: %v", ErrNoFirewall, err)
+	}
+	var ports []int
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if !strings.Contains(line, `"`+allowComment+`"`) || !strings.HasSuffix(line, "-j ACCEPT") {
+			continue
+		}
+		m := allowPort.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if port, err := strconv.Atoi(m[1]); err == nil && !slices.Contains(ports, port) {
+			ports = append(ports, port)
+		}
+	}
+	listening, err := listeningPorts()
+	if err != nil {
+		return nil, err
+	}
+	var closed []int
+	for _, port := range ports {
+		if listening[port] {
+			continue
+		}
+		if err := UnguardPort(ctx, port); err != nil {
+			return closed, err
+		}
+		closed = append(closed, port)
+	}
+	return closed, nil
+}
+
+// listeningPorts returns the TCP ports that sockets listen on in this
+// thread's network namespace.
+func listeningPorts() (map[int]bool, error) {
+	ports := map[int]bool{}
+	for _, f := range []string{"tcp", "tcp6"} {
+		fh, err := os.Open("/proc/thread-self/net/" + f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listening ports: %w", err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			// sl local_address rem_address st ...; LISTEN is state 0A.
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 4 || fields[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fields[1], ":")
+			if !ok {
+				continue
+			}
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
+				ports[int(p)] = true
+			}
+		}
+		err = sc.Err()
+		fh.Close()
+		if err != nil {
+			return nil, fmt.Errorf("listening ports: %w", err)
+		}
+	}
+	return ports, nil
 }
 
 // UnguardPort removes the rules that let computers reach port.
@@ -68,4 +156,45 @@ func iptables(ctx context.Context, args ...string) error {
 		return fmt.Errorf("iptables %v: %v: %s", args, err, out)
 	}
 	return nil
+}
+
+// AllowTURN lets computers reach the live-view TURN relay on the host's
+// port, over UDP and TCP, in front of GuardHost's drop rule.
+func AllowTURN(ctx context.Context, port int) error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoFirewall, err)
+	}
+	if err := UnguardTURN(ctx, port); err != nil {
+		return err
+	}
+	for _, rule := range turnRules(port) {
+		if err := iptables(ctx, append([]string{"-I", "INPUT", "1"}, rule[1:]...)...); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoFirewall, err)
+		}
+	}
+	return nil
+}
+
+// UnguardTURN removes the rules AllowTURN added.
+func UnguardTURN(ctx context.Context, port int) error {
+	for _, rule := range turnRules(port) {
+		for range 16 {
+			if iptables(ctx, append([]string{"-C"}, rule...)...) != nil {
+				break
+			}
+			if err := iptables(ctx, append([]string{"-D"}, rule...)...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func turnRules(port int) [][]string {
+	var rules [][]string
+	for _, proto := range []string{"udp", "tcp"} {
+		rules = append(rules, []string{"INPUT", "-i", BridgePrefix + "+", "-p", proto, "--dport", strconv.Itoa(port),
+			"-m", "comment", "--comment", "berth: live-view TURN relay", "-j", "ACCEPT"})
+	}
+	return rules
 }

@@ -280,6 +280,12 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 			d.log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
 		} else {
 			d.guarded = port
+			// A supervisor killed before Close left its opening behind.
+			if closed, err := docker.RemoveStaleOpenings(ctx); err != nil {
+				d.log.Warn("could not remove stale egress openings from the host firewall", "err", err)
+			} else if len(closed) > 0 {
+				d.log.Info("removed stale egress openings from the host firewall", "ports", closed)
+			}
 		}
 	}
 	return ln.Addr().String(), nil
