@@ -97,7 +97,7 @@ func New(cfg Config) (*Server, error) {
 		log:   cfg.Logger.With("component", "turn"),
 		users: map[string]int{},
 	}
-	s.relays = &relays{ip: cfg.RelayIP.Unmap(), ports: map[int]bool{}, denied: &s.denied, log: s.log}
+	s.relays = &relays{ip: cfg.RelayIP.Unmap(), ports: map[int]*relayConn{}, denied: &s.denied, log: s.log}
 	gen := &relayGen{r: s.relays}
 	perm := s.permission
 	sc := turn.ServerConfig{

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/liveview"
 )
 
 // MaxBodyBytes bounds a request body; the largest legitimate one is a
@@ -30,6 +31,11 @@ type Handler struct {
 	mux   *http.ServeMux
 	// Ready reports whether the supervisor can serve (for /healthz).
 	Ready func(context.Context) error
+	// Views issues live-view links (supervisor/liveview); nil when live
+	// view is off.
+	Views interface {
+		Issue(ctx context.Context, agent, base string) (liveview.Grant, error)
+	}
 }
 
 // New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
@@ -52,6 +58,7 @@ func (h *Handler) routes() {
 	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(h.disconnect))
 	h.toolRoutes()
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
+	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(h.view))
 	m.Handle("GET /v1/usage", h.auth(h.usage))
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
 	m.Handle("POST /v1/companions/pair-codes", h.auth(h.createPairCode))
@@ -345,4 +352,22 @@ func parseTime(field, s string) (time.Time, error) {
 	}
 	return time.Time{}, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest,
 		Message: fmt.Sprintf("%s: %q is neither an RFC 3339 time nor a YYYY-MM-DD day", field, s)}
+}
+
+// view issues a live-view link for the agent's desktop session.
+func (h *Handler) view(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	if h.Views == nil {
+		return nil, 0, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable,
+			Message: "live view is off on this supervisor (set TURN_LISTEN, or run berth dev)"}
+	}
+	var none struct{}
+	if err := decodeOptional(w, r, &none); err != nil {
+		return nil, 0, err
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	g, err := h.Views.Issue(r.Context(), r.PathValue("agent"), scheme+"://"+r.Host)
+	return g, http.StatusCreated, err
 }

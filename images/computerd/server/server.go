@@ -45,6 +45,9 @@ type Config struct {
 	// OutputGrace is how long an exec still reads output after its shell
 	// exited before it answers (default DefaultOutputGrace).
 	OutputGrace time.Duration
+	// Desktop, when set, serves live view and the screenshot (package
+	// images/computerd/desktop) under /v1/desktop and /v1/screenshot.
+	Desktop http.Handler
 }
 
 // Server serves computerd's API. It is an http.Handler.
@@ -111,6 +114,12 @@ func (s *Server) routes() {
 	s.route("/v1/files/download", "GET", s.handleDownload, true)
 	s.route("/v1/processes", "GET", s.handleProcesses, true)
 	s.route("/v1/processes/kill", "POST", s.handleKill, true)
+	if d := s.cfg.Desktop; d != nil {
+		serve := func(w http.ResponseWriter, r *http.Request) error { d.ServeHTTP(w, r); return nil }
+		s.mux.Handle("/v1/desktop", s.wrap(serve, true))
+		s.mux.Handle("/v1/desktop/", s.wrap(serve, true))
+		s.mux.Handle("/v1/screenshot", s.wrap(serve, true))
+	}
 	s.mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusNotFound, computerd.CodeNotFound, "no route %s %s", r.Method, r.URL.Path)
 	}, false))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/images/computerd/desktop"
 	"github.com/berthdev/berth/images/computerd/server"
 )
 
@@ -70,7 +71,18 @@ func run(log *slog.Logger) error {
 	tuneMemory()
 
 	log = log.With("computer", id)
-	srv := server.New(server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log})
+	cfg := server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log}
+	if os.Getenv(desktop.EnvDesktop) == "1" {
+		dc, err := desktop.ConfigFromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		dc.Logger = log
+		d := desktop.New(dc)
+		defer d.Close()
+		cfg.Desktop = d
+	}
+	srv := server.New(cfg)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

@@ -1,0 +1,204 @@
+package liveview
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/relay/turnserver"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+//go:embed viewer.html
+var viewerHTML string
+
+var viewerPage = template.Must(template.New("viewer").Parse(viewerHTML))
+
+// maxBody bounds a signalling request (an SDP offer is a few KB).
+const maxBody = 128 << 10
+
+// ICEConfig is what the page builds its RTCPeerConnection from.
+type ICEConfig struct {
+	ICEServers         []ICEServer `json:"iceServers"`
+	ICETransportPolicy string      `json:"iceTransportPolicy"`
+	// RenewSeconds is when the page should renew its view token.
+	RenewSeconds int `json:"renewSeconds"`
+}
+
+// ICEServer is one entry of RTCConfiguration.iceServers.
+type ICEServer struct {
+	URLs       []string `json:"urls"`
+	Username   string   `json:"username"`
+	Credential string   `json:"credential"`
+}
+
+// OfferRequest is the page's offer.
+type OfferRequest struct {
+	SDP   string `json:"sdp"`
+	Codec string `json:"codec,omitempty"`
+}
+
+// OfferAnswer is the computer's answer, as the page gets it.
+type OfferAnswer struct {
+	SDP   string `json:"sdp"`
+	Codec string `json:"codec"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := supervisor.AsError(err)
+	writeJSON(w, e.Status, map[string]any{"error": e})
+}
+
+// authorize checks the view token of a request for its session.
+func (m *Manager) authorize(r *http.Request) (session, viewer string, exp time.Time, err error) {
+	session = r.PathValue("session")
+	viewer, exp, err = m.check(session, r.URL.Query().Get("token"))
+	return session, viewer, exp, err
+}
+
+func (m *Manager) page(w http.ResponseWriter, r *http.Request) {
+	session, _, _, err := m.authorize(r)
+	if err != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintln(w, supervisor.AsError(err).Message)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; media-src 'self' blob:; img-src 'self' data:")
+	viewerPage.Execute(w, map[string]string{"Session": session})
+}
+
+// config hands the viewer TURN credentials of its own.
+func (m *Manager) config(w http.ResponseWriter, r *http.Request) {
+	_, viewer, exp, err := m.authorize(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := turnserver.Issue(m.cfg.TURNSecret, "v."+viewer, m.cfg.Clock.Now(), turnTTL)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	renew := max(int(exp.Sub(m.cfg.Clock.Now()).Seconds()/2), 5)
+	writeJSON(w, http.StatusOK, ICEConfig{
+		ICEServers:         []ICEServer{{URLs: m.cfg.ViewerTURN, Username: c.Username, Credential: c.Password}},
+		ICETransportPolicy: "relay", RenewSeconds: renew,
+	})
+}
+
+// offer forwards the page's offer to the computer with TURN credentials
+// for the computer's side, and answers with the computer's answer.
+func (m *Manager) offer(w http.ResponseWriter, r *http.Request) {
+	session, viewer, _, err := m.authorize(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req OfferRequest
+	if err := decode(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if req.SDP == "" || len(req.SDP) > 64<<10 {
+		writeError(w, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "sdp: required, at most 65536 bytes"})
+		return
+	}
+	if req.Codec != "" && req.Codec != desktop.CodecH264 && req.Codec != desktop.CodecVP8 {
+		writeError(w, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: fmt.Sprintf("codec: %q must be %q or %q", req.Codec, desktop.CodecH264, desktop.CodecVP8)})
+		return
+	}
+	x, err := m.cfg.Store.GetSession(r.Context(), session)
+	if errors.Is(err, store.ErrNotFound) {
+		writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("session %s does not exist", session)})
+		return
+	}
+	if err == nil {
+		err = m.viewable(x)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c, err := turnserver.Issue(m.cfg.TURNSecret, "c."+x.ComputerID+"."+viewer, m.cfg.Clock.Now(), turnTTL)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a, err := m.desktopClient(x).Offer(r.Context(), desktop.OfferRequest{
+		SDP: req.SDP, Codec: req.Codec, Viewer: viewer,
+		ICEServers: []desktop.ICEServer{{Username: c.Username, Credential: c.Password}},
+	})
+	if err != nil {
+		var re *desktop.RemoteError
+		if errors.As(err, &re) && re.Status/100 == 4 {
+			writeError(w, &supervisor.Error{Status: re.Status, Code: supervisor.CodeBadRequest, Message: "computer: " + re.Message})
+			return
+		}
+		m.log.Warn("offer to the computer failed", "session", session, "viewer", viewer, "err", err)
+		writeError(w, &supervisor.Error{Status: http.StatusBadGateway, Code: supervisor.CodeProvider, Message: "the computer's streamer did not answer; retrying may help"})
+		return
+	}
+	writeJSON(w, http.StatusOK, OfferAnswer{SDP: a.SDP, Codec: a.Codec})
+}
+
+// renew answers a fresh token for the same seat.
+func (m *Manager) renew(w http.ResponseWriter, r *http.Request) {
+	session, viewer, _, err := m.authorize(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	exp := m.cfg.Clock.Now().Add(m.cfg.TokenTTL)
+	m.mu.Lock()
+	if seats := m.seats[session]; seats != nil {
+		seats[viewer] = exp
+	}
+	m.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"token": m.sign(session, viewer, exp), "expiresAt": exp.UTC()})
+}
+
+// leave frees the viewer's seat at once.
+func (m *Manager) leave(w http.ResponseWriter, r *http.Request) {
+	session, viewer, _, err := m.authorize(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	m.mu.Lock()
+	delete(m.seats[session], viewer)
+	m.mu.Unlock()
+	m.log.Info("viewer left", "session", session, "viewer", viewer)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return &supervisor.Error{Status: http.StatusRequestEntityTooLarge, Code: supervisor.CodeLimit, Message: fmt.Sprintf("body: larger than %d bytes", maxBody)}
+		case errors.Is(err, io.EOF):
+			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: a JSON object is required"}
+		}
+		return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	return nil
+}

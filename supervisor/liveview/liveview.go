@@ -1,0 +1,303 @@
+// Package liveview is the supervisor's side of live view: it issues
+// short-lived view tokens for a desktop session, serves the viewer page,
+// and signals between the viewer's browser and the computer's streamer,
+// handing each side its own TURN credentials. It also enforces how many
+// viewers may use one computer's desktop at once.
+package liveview
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/relay/turnserver"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+// CodeDesktopBusy is the 409 answered when a desktop already has as many
+// viewers as DesktopUsers allows.
+const CodeDesktopBusy = "desktop_busy"
+
+// CodeNotDesktop is the 409 answered for a session without a screen.
+const CodeNotDesktop = "not_desktop"
+
+// Defaults of Config.
+const (
+	DefaultDesktopUsers = 2
+	DefaultTokenTTL     = 2 * time.Minute
+	MaxTokenTTL         = 10 * time.Minute
+	turnTTL             = turnserver.MaxTTL
+)
+
+// Config wires a Manager.
+type Config struct {
+	Store     store.Store
+	Tokens    *token.Deriver
+	Providers map[string]providers.Provider
+	// HTTPClient reaches computerd (default: a client with its own pool).
+	HTTPClient *http.Client
+	// TURNSecret is TURN_SECRET, shared with the TURN server.
+	TURNSecret []byte
+	// ViewerTURN are the TURN URLs viewers' browsers use, e.g.
+	// turn:HOST:3478?transport=udp, turn:HOST:3478?transport=tcp and
+	// turns:HOST:5349?transport=tcp.
+	ViewerTURN []string
+	// DesktopUsers is DESKTOP_USERS: how many viewers (people or agents)
+	// may use one computer's desktop at once (default DefaultDesktopUsers).
+	DesktopUsers int
+	// TokenTTL is how long a view token lives; the viewer page renews it
+	// while it stays open (default DefaultTokenTTL, at most MaxTokenTTL).
+	TokenTTL time.Duration
+	// PublicURL is the supervisor's URL as browsers reach it; when empty,
+	// the URL a viewer link is requested on is used.
+	PublicURL string
+	Clock     clock.Clock
+	Logger    *slog.Logger
+}
+
+// Manager issues view tokens and serves the viewer page and signalling.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+	key []byte
+	mux *http.ServeMux
+
+	mu    sync.Mutex
+	seats map[string]map[string]time.Time // session -> viewer -> token expiry
+}
+
+// New returns a Manager for cfg.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Tokens == nil {
+		return nil, errors.New("liveview: Store and Tokens are required")
+	}
+	if len(cfg.TURNSecret) < 16 {
+		return nil, turnserver.ErrBadSecret
+	}
+	if len(cfg.ViewerTURN) == 0 {
+		return nil, errors.New("liveview: ViewerTURN needs at least one turn: URL")
+	}
+	cfg.DesktopUsers = cmp.Or(cfg.DesktopUsers, DefaultDesktopUsers)
+	cfg.TokenTTL = cmp.Or(cfg.TokenTTL, DefaultTokenTTL)
+	if cfg.TokenTTL > MaxTokenTTL {
+		return nil, fmt.Errorf("liveview: view token TTL %v is over %v", cfg.TokenTTL, MaxTokenTTL)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+	}
+	m := &Manager{
+		cfg: cfg, log: cfg.Logger.With("component", "liveview"),
+		key:   []byte(cfg.Tokens.Derive(token.View, "view-tokens")),
+		mux:   http.NewServeMux(),
+		seats: map[string]map[string]time.Time{},
+	}
+	m.mux.HandleFunc("GET /view/{session}", m.page)
+	m.mux.HandleFunc("POST /view/{session}/config", m.config)
+	m.mux.HandleFunc("POST /view/{session}/offer", m.offer)
+	m.mux.HandleFunc("POST /view/{session}/renew", m.renew)
+	m.mux.HandleFunc("POST /view/{session}/leave", m.leave)
+	return m, nil
+}
+
+// Handler serves /view/...: the page and its signalling, authorized by the
+// view token in the query, not by the operator token.
+func (m *Manager) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		m.mux.ServeHTTP(w, r)
+	})
+}
+
+// Grant is the answer of POST /v1/agents/{agent}/computer/view.
+type Grant struct {
+	Session   string    `json:"session"`
+	Viewer    string    `json:"viewer"`
+	Token     string    `json:"token"`
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	// DesktopUsers is the limit of viewers at once; Viewers how many seats
+	// are taken, this one included.
+	DesktopUsers int `json:"desktopUsers"`
+	Viewers      int `json:"viewers"`
+}
+
+// Issue makes a view token for the agent's running desktop session and
+// starts its encoder, so that it is warm when the page connects. base is
+// the supervisor's URL as the caller reached it.
+func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) {
+	x, err := m.cfg.Store.LiveSession(ctx, agent)
+	if errors.Is(err, store.ErrNotFound) {
+		return Grant{}, &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("agent %q has no running computer; call computer_start first", agent)}
+	}
+	if err != nil {
+		return Grant{}, err
+	}
+	if err := m.viewable(x); err != nil {
+		return Grant{}, err
+	}
+	now := m.cfg.Clock.Now()
+	viewer := newViewerID()
+	exp := now.Add(m.cfg.TokenTTL)
+	m.mu.Lock()
+	seats := m.prune(x.ID, now)
+	if len(seats) >= m.cfg.DesktopUsers {
+		m.mu.Unlock()
+		return Grant{}, &supervisor.Error{Status: http.StatusConflict, Code: CodeDesktopBusy,
+			Message: fmt.Sprintf("the desktop of session %s already has %d viewers (DESKTOP_USERS is %d); try again when one leaves", x.ID, len(seats), m.cfg.DesktopUsers)}
+	}
+	seats[viewer] = exp
+	n := len(seats)
+	m.mu.Unlock()
+
+	go m.warm(x)
+	tok := m.sign(x.ID, viewer, exp)
+	base = strings.TrimRight(cmp.Or(m.cfg.PublicURL, base), "/")
+	u := base + "/view/" + url.PathEscape(x.ID) + "?token=" + url.QueryEscape(tok)
+	m.log.Info("view granted", "agent", agent, "session", x.ID, "viewer", viewer, "viewers", n)
+	return Grant{Session: x.ID, Viewer: viewer, Token: tok, URL: u, ExpiresAt: exp.UTC(), DesktopUsers: m.cfg.DesktopUsers, Viewers: n}, nil
+}
+
+// prune drops the session's expired seats and returns its seats; m.mu is
+// held.
+func (m *Manager) prune(session string, now time.Time) map[string]time.Time {
+	seats := m.seats[session]
+	if seats == nil {
+		seats = map[string]time.Time{}
+		m.seats[session] = seats
+	}
+	for v, exp := range seats {
+		if !now.Before(exp) {
+			delete(seats, v)
+		}
+	}
+	// Forget sessions with no seats left, so the map does not grow.
+	for s, vs := range m.seats {
+		if s != session && len(vs) == 0 {
+			delete(m.seats, s)
+		}
+	}
+	return seats
+}
+
+// viewable checks that a session is a running desktop reachable for
+// signalling.
+func (m *Manager) viewable(x store.Session) error {
+	if x.State != store.StateRunning {
+		return &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("session %s is %s, not running", x.ID, x.State)}
+	}
+	if !m.cfg.Clock.Now().Before(x.ExpiresAt) {
+		return &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("session %s expired at %s", x.ID, x.ExpiresAt.UTC().Format(time.RFC3339))}
+	}
+	if x.Image != providers.ImageDesktop {
+		return &supervisor.Error{Status: http.StatusConflict, Code: CodeNotDesktop,
+			Message: fmt.Sprintf("session %s runs the %q image, which has no screen; connect with \"image\": \"desktop\" for live view", x.ID, x.Image)}
+	}
+	if p, ok := m.cfg.Providers[x.Provider]; ok {
+		if _, relayed := p.(providers.Transporter); relayed {
+			return &supervisor.Error{Status: http.StatusConflict, Code: CodeNotDesktop,
+				Message: fmt.Sprintf("live view is not offered for computers of the %s provider yet", x.Provider)}
+		}
+	}
+	return nil
+}
+
+// desktopClient reaches the session's computerd with the computer's token.
+func (m *Manager) desktopClient(x store.Session) *desktop.Client {
+	var h http.Header
+	if x.Header != "" {
+		json.Unmarshal([]byte(x.Header), &h)
+	}
+	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), m.cfg.HTTPClient, h)
+}
+
+func (m *Manager) warm(x store.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := m.desktopClient(x).Warm(ctx, desktop.WarmRequest{}); err != nil {
+		m.log.Warn("warm the encoder", "session", x.ID, "err", err)
+	}
+}
+
+// sign makes a view token: "v1.<session>.<viewer>.<expiry>.<mac>".
+func (m *Manager) sign(session, viewer string, exp time.Time) string {
+	payload := "v1." + base64.RawURLEncoding.EncodeToString([]byte(session)) + "." + viewer + "." + strconv.FormatInt(exp.Unix(), 10)
+	mac := hmac.New(sha256.New, m.key)
+	mac.Write([]byte(payload))
+	return payload + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// check verifies a view token for the session named in the path and
+// returns its viewer. A token of another session, an expired one, a forged
+// one and one whose viewer left are all refused.
+func (m *Manager) check(session, tok string) (string, time.Time, error) {
+	refused := func(why string) (string, time.Time, error) {
+		return "", time.Time{}, &supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "view token: " + why}
+	}
+	parts := strings.Split(tok, ".")
+	if len(parts) != 5 || parts[0] != "v1" {
+		return refused("missing or malformed (open the link from POST /v1/agents/{agent}/computer/view)")
+	}
+	payload := strings.Join(parts[:4], ".")
+	mac := hmac.New(sha256.New, m.key)
+	mac.Write([]byte(payload))
+	got, err := base64.RawURLEncoding.DecodeString(parts[4])
+	if err != nil || !hmac.Equal(got, mac.Sum(nil)) {
+		return refused("not issued by this supervisor")
+	}
+	s, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	if string(s) != session {
+		return refused("issued for another session")
+	}
+	sec, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil {
+		return refused("malformed expiry")
+	}
+	exp := time.Unix(sec, 0)
+	now := m.cfg.Clock.Now()
+	if !now.Before(exp) {
+		return refused("expired; ask for a new link")
+	}
+	viewer := parts[2]
+	m.mu.Lock()
+	_, seated := m.seats[session][viewer]
+	m.mu.Unlock()
+	if !seated {
+		return refused("this viewer has left; ask for a new link")
+	}
+	return viewer, exp, nil
+}
+
+func newViewerID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "w" + hex.EncodeToString(b)
+}
