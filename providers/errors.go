@@ -17,3 +17,21 @@ var (
 	// ErrBadImage: the configured image or template is missing.
 	ErrBadImage = errors.New("computer image missing")
 )
+
+// ErrRefused: the provider refused the request for sure (nothing was
+// created). A *RefusedError says how.
+var ErrRefused = errors.New("provider refused the request")
+
+// RefusedError is a definite refusal that carries what the caller is told:
+// an HTTP status, an error code and a message (a lender's limits, an agent
+// that is offline). errors.Is(err, ErrRefused) holds for it.
+type RefusedError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string { return e.Code + ": " + e.Message }
+
+// Unwrap makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Unwrap() error { return ErrRefused }

@@ -54,6 +54,8 @@ type PairRequest struct {
 type Paired struct {
 	AgentID string `json:"agentId"`
 	Token   string `json:"token"`
+	// RelayURL is the relay the agent connects to (`berth agent run`).
+	RelayURL string `json:"relayUrl,omitempty"`
 }
 
 // CreatePairCode makes a one-time pairing code that a lender's agent
@@ -110,7 +112,7 @@ func (s *Service) Pair(ctx context.Context, r PairRequest) (Paired, error) {
 		return Paired{}, fmt.Errorf("pair: %w", err)
 	}
 	s.log.Info("companion paired", "agent", c.ID, "name", c.Name)
-	return Paired{AgentID: c.ID, Token: tok}, nil
+	return Paired{AgentID: c.ID, Token: tok, RelayURL: s.cfg.RelayURL}, nil
 }
 
 // AuthenticateCompanion returns the companion agent whose token tok is; a

@@ -204,7 +204,8 @@ func (s *Service) adoptError(err error) error {
 // left behind.
 func definite(err error) bool {
 	return errors.Is(err, providers.ErrBadImage) || errors.Is(err, providers.ErrBadCredentials) ||
-		errors.Is(err, providers.ErrCapacity) || errors.Is(err, providers.ErrUnknown)
+		errors.Is(err, providers.ErrCapacity) || errors.Is(err, providers.ErrUnknown) ||
+		errors.Is(err, providers.ErrRefused)
 }
 
 // createFailed handles a failed create. A definite failure gives the
@@ -256,6 +257,13 @@ func (s *Service) abandon(ctx context.Context, x store.Session, reason string) {
 }
 
 func providerError(err error) *Error {
+	if re := new(providers.RefusedError); errors.As(err, &re) {
+		status := re.Status
+		if status < 400 || status > 599 || status == http.StatusInternalServerError {
+			status = http.StatusBadGateway
+		}
+		return errorf(status, re.Code, "%s", re.Message)
+	}
 	switch {
 	case errors.Is(err, providers.ErrBadImage):
 		return errorf(http.StatusBadGateway, CodeProvider, "%v", err)

@@ -74,6 +74,9 @@ type Config struct {
 	// InstanceID names this supervisor process among those sharing the
 	// store (default: random).
 	InstanceID string
+	// RelayURL is the websocket URL lenders' agents connect to, given to
+	// each agent when it pairs (empty when no relay is configured).
+	RelayURL string
 }
 
 // Service carries out the supervisor's operations; REST and MCP both call it.

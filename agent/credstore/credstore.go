@@ -42,6 +42,8 @@ type Credentials struct {
 	AgentID       string `json:"agentId"`
 	Token         string `json:"token"`
 	SupervisorURL string `json:"supervisorUrl"`
+	// RelayURL is the relay the supervisor named at pairing.
+	RelayURL string `json:"relayUrl,omitempty"`
 }
 
 // Store keeps Credentials.

@@ -52,7 +52,7 @@ token is never printed.`,
 			if err != nil {
 				return fmt.Errorf("pair: %w", err)
 			}
-			where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL()})
+			where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL})
 			if err != nil {
 				return fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
 			}

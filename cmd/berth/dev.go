@@ -53,6 +53,13 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	if len(ids) > 0 && !slices.Contains(ids, def) {
 		ids = append(ids, def)
 	}
+	if os.Getenv("RELAY_URL") != "" && !slices.Contains(ids, "local") {
+		// Lent machines are on wherever a relay is configured (SPEC 5).
+		if len(ids) == 0 {
+			ids = []string{def}
+		}
+		ids = append(ids, "local")
+	}
 	blocked, err := egress.ParseBlockedCIDRs(os.Getenv("EGRESS_BLOCKED_CIDRS"))
 	if err != nil {
 		return daemon.Options{}, err
@@ -74,6 +81,8 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 
 func newDevCmd() *cobra.Command {
 	var f serverFlags
+	var relayListen string
+	var lend bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run an all-in-one Berth on this machine (supervisor with SQLite and the local Docker engine)",
@@ -97,10 +106,19 @@ the computer images when they are missing and this is a Berth checkout.`,
 			if err := ensureImages(cmd.Context(), cmd); err != nil {
 				return err
 			}
-			return serve(cmd, o, true)
+			// All-in-one: a relay and this machine's own lending agent, so
+			// that the local provider works out of the box.
+			dl, err := startDevLending(cmd, &o, relayListen, lend)
+			if err != nil {
+				return err
+			}
+			defer dl.close()
+			return serve(cmd, o, true, dl.ready)
 		},
 	}
 	f.add(cmd, "127.0.0.1:8080", "berth-data")
+	cmd.Flags().StringVar(&relayListen, "relay-listen", "127.0.0.1:8081", "address of the relay lenders' agents connect to")
+	cmd.Flags().BoolVar(&lend, "lend", true, "also lend this machine through its own agent (provider local)")
 	return cmd
 }
 
@@ -119,6 +137,9 @@ own settings (DOCKER_SOCKET, COMPUTER_IMAGE_HEADLESS, COMPUTER_MEMORY_MB, ...).`
 			if err != nil {
 				return err
 			}
+			// A relay run as its own process (berth relay) checks agents'
+			// tokens here; agents are told its public URL when they pair.
+			o.RelayToken, o.RelayURL = os.Getenv("RELAY_TOKEN"), os.Getenv("RELAY_PUBLIC_URL")
 			return serve(cmd, o, false)
 		},
 	}
@@ -127,7 +148,7 @@ own settings (DOCKER_SOCKET, COMPUTER_IMAGE_HEADLESS, COMPUTER_MEMORY_MB, ...).`
 }
 
 // serve runs a supervisor until the command's context ends.
-func serve(cmd *cobra.Command, o daemon.Options, dev bool) error {
+func serve(cmd *cobra.Command, o daemon.Options, dev bool, then ...func(*daemon.Daemon, string)) error {
 	ctx := cmd.Context()
 	d, err := daemon.New(ctx, o)
 	if err != nil {
@@ -145,6 +166,9 @@ func serve(cmd *cobra.Command, o daemon.Options, dev bool) error {
 			fmt.Fprintf(out, "  export SUPERVISOR_TOKEN=%s\n", d.Token)
 		} else {
 			fmt.Fprintf(out, "  (SUPERVISOR_TOKEN is the one in your environment)\n")
+		}
+		for _, f := range then {
+			f(d, url)
 		}
 	})
 }

@@ -16,6 +16,9 @@ type PairCode struct {
 type Paired struct {
 	AgentID string `json:"agentId"`
 	Token   string `json:"token"`
+	// RelayURL is the relay the agent connects to; empty when the
+	// supervisor has none.
+	RelayURL string `json:"relayUrl,omitempty"`
 }
 
 // CreatePairCode asks for a one-time pairing code (operator token); name,

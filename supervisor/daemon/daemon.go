@@ -6,6 +6,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,8 @@ import (
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/providers/local"
+	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
 	"github.com/berthdev/berth/supervisor/egress"
@@ -63,6 +67,17 @@ type Options struct {
 	// Egress configures the egress proxy, the only way out of a Docker
 	// computer.
 	Egress EgressOptions
+
+	// Relay, when set, is how the local provider reaches lenders (the
+	// relay in this process, for berth dev); otherwise the provider reads
+	// RELAY_URL and RELAY_TOKEN.
+	Relay local.Relay
+	// RelayURL is the websocket URL lenders' agents connect to, given to
+	// each agent when it pairs.
+	RelayURL string
+	// RelayToken (RELAY_TOKEN), when set, lets a relay running as its own
+	// process check agents' tokens at relayserver.AuthenticatePath.
+	RelayToken string
 }
 
 // EgressOptions configure the egress proxy.
@@ -139,7 +154,14 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Providers = map[string]providers.Provider{}
 	for _, id := range ids {
-		p, err := providers.New(id, providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id)})
+		pcfg := providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id)}
+		var p providers.Provider
+		var err error
+		if id == local.ID && o.Relay != nil {
+			p, err = local.FromConfig(pcfg, o.Relay)
+		} else {
+			p, err = providers.New(id, pcfg)
+		}
 		if err != nil {
 			setting := "PROVIDERS"
 			if id == o.DefaultProvider {
@@ -153,6 +175,13 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	var err error
 	if d.Store, err = openStore(ctx, o); err != nil {
 		return nil, err
+	}
+	if lp, ok := d.Providers[local.ID].(*local.Local); ok {
+		st := d.Store
+		lp.SetWorkspaceLookup(func(ctx context.Context, agent string) (string, error) {
+			a, err := st.GetAgent(ctx, agent)
+			return a.Workspace, err
+		})
 	}
 	fail := func(err error) (*Daemon, error) {
 		if d.egressLn != nil {
@@ -203,7 +232,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Service, err = supervisor.New(supervisor.Config{
 		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
-		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr,
+		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr, RelayURL: o.RelayURL,
 	})
 	if err != nil {
 		return fail(err)
@@ -243,6 +272,9 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	mux.Handle("GET /metrics", h.Protect(http.HandlerFunc(d.metrics)))
+	if o.RelayToken != "" {
+		mux.HandleFunc("POST "+relayserver.AuthenticatePath, d.relayAuthenticate)
+	}
 	d.Handler = mux
 	return d, nil
 }
@@ -306,6 +338,32 @@ func interfaceIPv4(name string) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+}
+
+// relayAuthenticate answers a relay's check of an agent token, guarded by
+// RELAY_TOKEN. A wrong agent token is 401 and logged without the token.
+func (d *Daemon) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(relayserver.TokenHeader)), []byte(d.opts.RelayToken)) != 1 {
+		d.log.Warn("relay token check refused: wrong RELAY_TOKEN", "remote", r.RemoteAddr)
+		w.WriteHeader(http.StatusUnauthorized)
+		json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeUnauthorized, Message: "missing or wrong " + relayserver.TokenHeader}})
+		return
+	}
+	var in relayserver.AuthenticateRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&in); err != nil || in.Token == "" {
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeBadRequest, Message: `body: want {"token": "..."}`}})
+		return
+	}
+	c, err := d.Service.AuthenticateCompanion(r.Context(), in.Token)
+	if err != nil {
+		e := supervisor.AsError(err)
+		w.WriteHeader(e.Status)
+		json.NewEncoder(w).Encode(map[string]any{"error": e})
+		return
+	}
+	json.NewEncoder(w).Encode(relayserver.AuthenticateAnswer{AgentID: c.ID})
 }
 
 // metrics serves the counters in the Prometheus text format.

@@ -1,0 +1,484 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay"
+	"github.com/berthdev/berth/relay/relayclient"
+	"github.com/berthdev/berth/relay/relayserver"
+	"github.com/berthdev/berth/supervisor/daemon"
+)
+
+// logBuf is a test log that also keeps what was written, to check that a
+// secret never reached it.
+type logBuf struct {
+	t  testing.TB
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.b.Write(p)
+	l.mu.Unlock()
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// relayProc is a relay as `berth relay` runs it: agents on one listener,
+// the internal API on another, tokens checked with the supervisor.
+type relayProc struct {
+	srv           *relayserver.Server
+	agents, inter *http.Server
+	agentsAddr    string
+	interAddr     string
+}
+
+func startRelay(t *testing.T, agentsAddr, interAddr, supervisorURL, token string, log *slog.Logger) *relayProc {
+	t.Helper()
+	aln, err := net.Listen("tcp", agentsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iln, err := net.Listen("tcp", interAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &relayProc{agentsAddr: aln.Addr().String(), interAddr: iln.Addr().String()}
+	p.srv = relayserver.New(relayserver.Config{
+		Logger:       log,
+		Authenticate: relayserver.SupervisorAuth(supervisorURL, token, nil, func(msg string, args ...any) { log.Warn(msg, args...) }),
+	})
+	mux := http.NewServeMux()
+	mux.Handle(relay.ConnectPath, p.srv)
+	p.agents = &http.Server{Handler: mux}
+	p.inter = &http.Server{Handler: p.srv.InternalHandler(token)}
+	go p.agents.Serve(aln)
+	go p.inter.Serve(iln)
+	return p
+}
+
+// kill stops the relay at once, cutting every link and request.
+func (p *relayProc) kill() {
+	p.inter.Close()
+	p.agents.Close()
+	p.srv.Close()
+}
+
+func (p *relayProc) wsURL() string { return "ws://" + p.agentsAddr + relay.ConnectPath }
+
+// TestLendingThroughRelay: a supervisor, a relay run as its own process
+// (its internal API on loopback) and a lending agent run all five tools on
+// a local computer. The relay is killed while a command runs: the exec
+// comes back uncertain, its retry with the same Idempotency-Key replays
+// that answer, the agent reconnects once a relay is back, the command ran
+// once, and the session goes on. A wrong agent token is refused and logged
+// without the token; lending paused is a 503 with its own code.
+func TestLendingThroughRelay(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	logs := &logBuf{t: t}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	const relayToken = "e2e-relay-token-0123456789"
+
+	// Addresses first: the supervisor names the relay, the relay the supervisor.
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	supURL := "http://" + sln.Addr().String()
+	rp := startRelay(t, "127.0.0.1:0", "127.0.0.1:0", supURL, relayToken, log)
+	defer func() { rp.kill() }()
+	remote, err := relayserver.NewRemote("http://"+rp.interAddr, relayToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "0"}
+	d, err := daemon.New(ctx, daemon.Options{
+		Egress: daemon.EgressOptions{Listen: ":0"}, Providers: []string{"docker", "local"},
+		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
+		Getenv: func(k string) string { return env[k] }, Logger: log,
+		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stopSup := context.WithCancel(ctx)
+	supDone := make(chan error, 1)
+	go func() { supDone <- d.ServeListener(sctx, sln, 5*time.Second, nil) }()
+	defer func() {
+		stopSup()
+		<-supDone
+		d.Close()
+	}()
+	s := &super{t: t, url: supURL, token: d.Token, d: d}
+
+	// Pair the agent: the answer names the relay.
+	var code struct{ Code string }
+	s.must("POST", "/v1/companions/pair-codes", map[string]any{"name": "e2e lender"}, 201, &code)
+	var paired struct{ AgentID, Token, RelayURL string }
+	if st, err := callAPI(supURL, "", "POST", "/v1/companions/pair", "", map[string]any{"code": code.Code}, &paired); err != nil || st != 201 {
+		t.Fatalf("pair: %d %v", st, err)
+	}
+	if paired.RelayURL != rp.wsURL() || paired.AgentID == "" || paired.Token == "" {
+		t.Fatalf("pairing answer: %+v", paired)
+	}
+
+	// A wrong agent token is refused, and no log line carries it.
+	const wrong = "wrong-agent-token-7f3a9c"
+	if _, err := relayclient.Connect(ctx, relayclient.Config{URL: rp.wsURL(), Token: wrong}); !errors.Is(err, relayclient.ErrUnauthorized) {
+		t.Fatalf("connect with a wrong token: %v", err)
+	}
+	if strings.Contains(logs.String(), wrong) || !strings.Contains(logs.String(), "companion token refused") {
+		t.Fatal("the wrong token's refusal was not logged, or the token was")
+	}
+
+	// The lending agent.
+	adir := t.TempDir()
+	sock := filepath.Join(adir, control.SocketName)
+	ready := make(chan *lender.Lender, 1)
+	actx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan error, 1)
+	go func() {
+		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
+			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL,
+			DataDir: adir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
+			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
+		})
+	}()
+	defer func() {
+		stopAgent()
+		if err := <-agentDone; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	var l *lender.Lender
+	select {
+	case l = <-ready:
+	case err := <-agentDone:
+		t.Fatalf("agent ended: %v", err)
+	}
+	owner := control.NewClient(sock)
+	defer owner.Close()
+	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(512))}); err != nil {
+		t.Fatal(err)
+	}
+	waitOnline(t, ctx, rp, paired.AgentID)
+
+	// The five tools on a local computer.
+	s.must("POST", "/v1/agents", map[string]any{"id": "lend1", "name": "lend1", "workspace": "lab"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "lend1", "provider": "local", "leaseSeconds": 600,
+		"credentials": map[string]string{"lender": paired.AgentID}}, 201, nil)
+	var sess session
+	s.must("POST", "/v1/agents/lend1/computer/start", nil, 200, &sess)
+	if sess.Provider != "local" || sess.State != "running" {
+		t.Fatalf("start: %+v", sess)
+	}
+	cs := l.Computers()
+	if len(cs) != 1 {
+		t.Fatalf("lender runs %d computers", len(cs))
+	}
+	container := cs[0].MachineID
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", container).Run() })
+	if x := s.exec("lend1", "echo lent; id -u"); x.ExitCode != 0 || x.Stdout != "lent\n1000\n" {
+		t.Fatalf("exec: %+v", x)
+	}
+	var w struct {
+		Bytes int `json:"bytes"`
+	}
+	s.must("POST", "/v1/agents/lend1/computer/write_file", map[string]any{"path": "notes.txt", "content": "through the relay"}, 200, &w)
+	var rf struct{ Content string }
+	s.must("POST", "/v1/agents/lend1/computer/read_file", map[string]any{"path": "notes.txt"}, 200, &rf)
+	if w.Bytes != 17 || rf.Content != "through the relay" {
+		t.Fatalf("write %+v, read %q", w, rf.Content)
+	}
+	if ss, err := owner.Sessions(ctx); err != nil || len(ss) != 1 || ss[0].Agent != "lend1" || ss[0].Workspace != "lab" {
+		t.Fatalf("owner's sessions: %+v %v", ss, err)
+	}
+
+	// The relay dies while a command runs.
+	const key = "relay-killed-exec"
+	body := map[string]any{"command": "echo ran >> /home/berth/marker; sleep 3; echo done", "timeoutSeconds": 30}
+	type answer struct {
+		status   int
+		replayed string
+		x        execResult
+	}
+	post := func() answer {
+		raw, _ := json.Marshal(body)
+		req, _ := http.NewRequestWithContext(ctx, "POST", supURL+"/v1/agents/lend1/computer/exec", bytes.NewReader(raw))
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("exec: %v", err)
+			return answer{}
+		}
+		defer resp.Body.Close()
+		var a answer
+		a.status, a.replayed = resp.StatusCode, resp.Header.Get("Idempotent-Replayed")
+		json.NewDecoder(resp.Body).Decode(&a.x)
+		return a
+	}
+	first := make(chan answer, 1)
+	go func() { first <- post() }()
+	for ctx.Err() == nil {
+		if out, err := exec.Command("docker", "exec", container, "cat", "/home/berth/marker").Output(); err == nil && string(out) == "ran\n" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rp.kill()
+	a := <-first
+	if a.status != 200 || !a.x.Uncertain || a.x.ExitCode != -1 {
+		t.Fatalf("exec cut by the relay: %+v", a)
+	}
+	if again := post(); again.status != 200 || !again.x.Uncertain || again.replayed != "true" {
+		t.Fatalf("retry with the same key: %+v", again)
+	}
+	// Offline now: a new start would be refused, but the session lives.
+	var view struct {
+		Session session `json:"session"`
+	}
+	s.must("GET", "/v1/agents/lend1/computer", nil, 200, &view)
+	if view.Session.State != "running" {
+		t.Fatalf("session while the relay is away: %+v", view.Session)
+	}
+	if st, _ := owner.Status(ctx); st.Relay.Online {
+		t.Fatal("agent still reports the relay online")
+	}
+	rp = startRelay(t, rp.agentsAddr, rp.interAddr, supURL, relayToken, log)
+	waitOnline(t, ctx, rp, paired.AgentID)
+	if x := s.exec("lend1", "sleep 3; cat /home/berth/marker; cat notes.txt"); x.Stdout != "ran\nthrough the relay" {
+		t.Fatalf("after reconnect: %+v (the command must have run once)", x)
+	}
+	if st, _ := owner.Status(ctx); !st.Relay.Online || st.Sessions != 1 {
+		t.Fatalf("owner's status after reconnect: %+v", st)
+	}
+	s.must("POST", "/v1/agents/lend1/computer/stop", nil, 200, nil)
+	if exec.Command("docker", "container", "inspect", container).Run() == nil {
+		t.Fatal("container still there after stop")
+	}
+
+	// The owner pauses lending: the next start is a 503 that says so.
+	if _, err := owner.SetLending(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if st := s.call("POST", "/v1/agents/lend1/computer/start", nil, &e); st != 503 || e.Error.Code != lender.CodePaused {
+		t.Fatalf("start while paused: %d %+v", st, e)
+	}
+	if u, err := owner.Usage(ctx, 1); err != nil || len(u.ByAgent) != 1 || u.ByAgent[0].Key != "lend1" || u.ByWorkspace[0].Key != "lab" {
+		t.Fatalf("owner's usage: %+v %v", u, err)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func waitOnline(t *testing.T, ctx context.Context, rp *relayProc, id string) {
+	t.Helper()
+	for ctx.Err() == nil {
+		if p, ok := rp.srv.Presence(id); ok && p.Online {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("agent %s did not connect", id)
+}
+
+// TestDevLendingByHand is the issue's "done when" with the real binary:
+// berth dev, then in a second terminal berth agent pair with a code from
+// it and berth agent run; the supervisor then runs a computer on that
+// agent through the relay. A spent code is refused.
+func TestDevLendingByHand(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	token := "dev-by-hand-token-0123456789"
+	env := append(os.Environ(),
+		"SUPERVISOR_TOKEN="+token, "COMPUTER_IMAGE_HEADLESS=berth/test:latest", "COMPUTER_IMAGE_DESKTOP=berth/test:latest",
+		"EGRESS_LISTEN=off", "TURN_LISTEN=off", "COMPUTER_NETWORK_POOL=0",
+		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
+	port := freePort(t)
+	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+port, "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
+	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
+	dev.waitLine(t, regexp.MustCompile(`relay for lent machines: (ws://\S+)`))
+	devAgent := dev.waitLine(t, regexp.MustCompile(`lending this machine as (cp_\S+)`))
+
+	var code struct{ Code string }
+	if st, err := callAPI(url, token, "POST", "/v1/companions/pair-codes", "", map[string]any{"name": "second terminal"}, &code); err != nil || st != 201 {
+		t.Fatalf("pair code: %d %v", st, err)
+	}
+	pair := exec.CommandContext(ctx, berthBin, "agent", "pair", code.Code, "--supervisor", url)
+	pair.Env = env
+	out, err := pair.CombinedOutput()
+	t.Logf("berth agent pair: %s", out)
+	m := regexp.MustCompile(`paired as agent (cp_\S+) with`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("pair: %v", err)
+	}
+	lenderID := string(m[1])
+	again := exec.CommandContext(ctx, berthBin, "agent", "pair", code.Code, "--supervisor", url)
+	again.Env = env
+	if out, err := again.CombinedOutput(); err == nil || !strings.Contains(string(out), "pair_code_invalid") {
+		t.Fatalf("spent code: %v %s", err, out)
+	}
+
+	run := startProc(t, ctx, env, "agent", "run", "--data", filepath.Join(dir, "lender"))
+	run.waitLine(t, regexp.MustCompile(`lending as (`+regexp.QuoteMeta(lenderID)+`)`))
+
+	s := &super{t: t, url: url, token: token}
+	s.must("POST", "/v1/agents", map[string]any{"id": "byhand", "name": "byhand"}, 201, nil)
+	// Two lenders are paired now (berth dev's own and the second
+	// terminal's): the connection names one.
+	s.must("POST", "/v1/computers", map[string]any{"agent": "byhand", "provider": "local",
+		"credentials": map[string]string{"lender": lenderID}}, 201, nil)
+	var sess session
+	for ctx.Err() == nil {
+		st := s.call("POST", "/v1/agents/byhand/computer/start", nil, &sess)
+		if st == 200 {
+			break
+		}
+		if st != 503 { // 503 only until the agent's link is up
+			t.Fatalf("start: %d", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sess.Provider != "local" || sess.State != "running" {
+		t.Fatalf("start: %+v", sess)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Run() })
+	if x := s.exec("byhand", "echo from the second terminal"); x.Stdout != "from the second terminal\n" {
+		t.Fatalf("exec: %+v", x)
+	}
+	// The computer runs under the second agent, not berth dev's own.
+	lbl, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.berth.deployment"}}`, "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Output()
+	if got := strings.TrimSpace(string(lbl)); got != lender.Deployment(lenderID) || got == lender.Deployment(devAgent) {
+		t.Fatalf("computer's deployment label %q, want %q", got, lender.Deployment(lenderID))
+	}
+	s.must("POST", "/v1/agents/byhand/computer/stop", nil, 200, nil)
+	run.stop(t)
+	dev.stop(t)
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// berthProc is a berth process whose output lines the test reads.
+type berthProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+}
+
+func startProc(t *testing.T, ctx context.Context, env []string, args ...string) *berthProc {
+	t.Helper()
+	cmd := exec.Command(berthBin, args...)
+	cmd.Env = env
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &berthProc{cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			t.Logf("berth %s: %s", args[0], sc.Text())
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	go func() {
+		select {
+		case <-ctx.Done():
+			cmd.Process.Kill()
+		case <-p.done:
+		}
+	}()
+	return p
+}
+
+// waitLine returns the first group of the first line matching re.
+func (p *berthProc) waitLine(t *testing.T, re *regexp.Regexp) string {
+	t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case l := <-p.lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m[1]
+			}
+		case <-p.done:
+			t.Fatalf("berth exited before printing %s", re)
+		case <-timeout:
+			t.Fatalf("berth did not print %s", re)
+		}
+	}
+}
+
+// stop ends the process as Ctrl-C does and waits for it.
+func (p *berthProc) stop(t *testing.T) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("berth %s did not stop within 30 s of SIGINT", p.cmd.Args[1])
+	}
+}
+
+var _ = fmt.Sprintf

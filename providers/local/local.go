@@ -1,0 +1,345 @@
+// Package local is the provider for lent machines: it runs each computer
+// on a lender's machine, through the relay that the lender's agent
+// (`berth agent run`) connects out to, and reaches the computer's
+// computerd through the same link. The lender's agent checks its owner's
+// limits before every start; its refusals come back as clear errors.
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/relay/relayserver"
+)
+
+// ID is the provider id the package registers under.
+const ID = "local"
+
+// CredLender is the connection credential naming the lender: the
+// companion agent id that pairing gave the lender's machine. It may be left
+// out while only one lender is connected to the relay.
+const CredLender = "lender"
+
+// Settings the provider reads.
+const (
+	// SettingRelayURL is the relay's internal API (`berth relay`), such as
+	// http://relay.internal:8081; SettingRelayToken the shared token that
+	// guards it.
+	SettingRelayURL   = "RELAY_URL"
+	SettingRelayToken = "RELAY_TOKEN"
+	// SettingCPUs and SettingMemoryMB, when set, are the size asked for
+	// each lent computer; unset takes the owner's setting.
+	SettingCPUs     = "LOCAL_COMPUTER_CPUS"
+	SettingMemoryMB = "LOCAL_COMPUTER_MEMORY_MB"
+)
+
+// Error codes of the refusals the provider itself makes; the lender's own
+// (lender.Code*) pass through.
+const (
+	CodeAgentOffline = "agent_offline"  // 503
+	CodeNoLender     = "no_lender"      // 503: no lender connected
+	CodeWhichLender  = "lender_unnamed" // 422: several connected, none named
+)
+
+// Relay reaches lenders' agents: the relay in the same process
+// (InProcess) or a `berth relay` through its internal API
+// (relayserver.Remote).
+type Relay interface {
+	// Presence returns an agent's presence; ok is false for one the relay
+	// has never seen.
+	Presence(ctx context.Context, agentID string) (p relayserver.Presence, ok bool, err error)
+	// Agents lists the agents the relay has seen.
+	Agents(ctx context.Context) ([]relayserver.Presence, error)
+	// Transport sends HTTP requests to the agent's API.
+	Transport(agentID string) http.RoundTripper
+}
+
+// InProcess adapts a relay server running in this process.
+func InProcess(s *relayserver.Server) Relay { return inProcess{s} }
+
+type inProcess struct{ s *relayserver.Server }
+
+func (r inProcess) Presence(_ context.Context, id string) (relayserver.Presence, bool, error) {
+	p, ok := r.s.Presence(id)
+	return p, ok, nil
+}
+func (r inProcess) Agents(context.Context) ([]relayserver.Presence, error) { return r.s.Agents(), nil }
+func (r inProcess) Transport(id string) http.RoundTripper                  { return r.s.Transport(id) }
+
+func init() {
+	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
+		base, tok := cfg.Get(SettingRelayURL, ""), cfg.Get(SettingRelayToken, "")
+		if base == "" || tok == "" {
+			return nil, fmt.Errorf("the local provider reaches lenders through a relay: set %s (the relay's internal API) and %s (berth dev runs a relay of its own)", SettingRelayURL, SettingRelayToken)
+		}
+		r, err := relayserver.NewRemote(base, tok, nil)
+		if err != nil {
+			return nil, err
+		}
+		return FromConfig(cfg, r)
+	})
+}
+
+// FromConfig builds the provider with relay r and the size settings in cfg.
+func FromConfig(cfg providers.Config, r Relay) (*Local, error) {
+	o := Options{Relay: r, Logger: cfg.Logger}
+	if v := cfg.Get(SettingCPUs, ""); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= lender.MinCPUs && f <= lender.MaxCPUs) {
+			return nil, fmt.Errorf("%s=%q: want %g to %d CPUs", SettingCPUs, v, lender.MinCPUs, lender.MaxCPUs)
+		}
+		o.CPUs = f
+	}
+	if v := cfg.Get(SettingMemoryMB, ""); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lender.MinMemoryMB || n > lender.MaxMemoryMB {
+			return nil, fmt.Errorf("%s=%q: want %d to %d megabytes", SettingMemoryMB, v, lender.MinMemoryMB, lender.MaxMemoryMB)
+		}
+		o.MemoryMB = n
+	}
+	return New(o)
+}
+
+// Options configure a Local provider.
+type Options struct {
+	Relay Relay // required
+	// Workspace returns an agent's workspace, sent to the lender for its
+	// ledger; nil sends none.
+	Workspace func(ctx context.Context, agentID string) (string, error)
+	// CPUs and MemoryMB are the size asked for; zero takes the owner's.
+	CPUs     float64
+	MemoryMB int64
+	Logger   *slog.Logger
+}
+
+// Local is the provider for lent machines.
+type Local struct {
+	o   Options
+	log *slog.Logger
+}
+
+// New returns a Local provider.
+func New(o Options) (*Local, error) {
+	if o.Relay == nil {
+		return nil, errors.New("local provider: a relay is required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Local{o: o, log: log.With("component", "local")}, nil
+}
+
+// SetWorkspaceLookup sets Options.Workspace once the supervisor's store is
+// open. Call it before the first Create.
+func (l *Local) SetWorkspaceLookup(f func(ctx context.Context, agentID string) (string, error)) {
+	l.o.Workspace = f
+}
+
+var lenderID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// CheckCredentials accepts no credentials, or only lender with a companion
+// agent id.
+func (l *Local) CheckCredentials(c map[string]string) error {
+	for k, v := range c {
+		if k != CredLender {
+			return fmt.Errorf("%q is not a local credential: the only one is %q, the lender's companion agent id (optional with one lender)", k, CredLender)
+		}
+		if !lenderID.MatchString(v) {
+			return fmt.Errorf("%s: %q is not a companion agent id (as `berth agent pair` printed it, e.g. cp_...)", CredLender, v)
+		}
+	}
+	return nil
+}
+
+// refused is a definite refusal the supervisor passes on as it is.
+func refused(status int, code, format string, args ...any) error {
+	return &providers.RefusedError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// lenderFor picks the lender of a connection: the one its credentials
+// name, or the only one the relay has seen.
+func (l *Local) lenderFor(ctx context.Context, creds map[string]string) (string, error) {
+	if id := creds[CredLender]; id != "" {
+		return id, nil
+	}
+	agents, err := l.o.Relay.Agents(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: relay: %v", providers.ErrUnavailable, err)
+	}
+	switch len(agents) {
+	case 0:
+		return "", refused(http.StatusServiceUnavailable, CodeNoLender,
+			"no lender's agent has connected to the relay: pair a machine (berth agent pair CODE --supervisor URL) and run berth agent run on it")
+	case 1:
+		return agents[0].AgentID, nil
+	}
+	ids := make([]string, 0, len(agents))
+	for _, a := range agents {
+		ids = append(ids, a.AgentID)
+	}
+	slices.Sort(ids)
+	return "", refused(http.StatusUnprocessableEntity, CodeWhichLender,
+		"credentials.%s: %d lenders have connected to the relay (%s); name one in the connection's credentials", CredLender, len(ids), strings.Join(ids, ", "))
+}
+
+// offline checks that the lender is connected.
+func (l *Local) offline(ctx context.Context, id string) error {
+	p, seen, err := l.o.Relay.Presence(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w: relay: %v", providers.ErrUnavailable, err)
+	}
+	if p.Online {
+		return nil
+	}
+	if !seen || p.LastSeen.IsZero() {
+		return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its agent has not connected to the relay since the relay started (is berth agent run running there?)", id)
+	}
+	return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its link to the relay dropped; last seen %s", id, p.LastSeen.UTC().Format(time.RFC3339))
+}
+
+// createTimeout bounds a create, approval wait included.
+const createTimeout = 10 * time.Minute
+
+// Create asks the lender's agent for a computer. Its refusals (lending
+// paused, the owner's limits, approval denied or timed out) and an agent
+// that is offline are *providers.RefusedError: nothing was created.
+func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	id, err := l.lenderFor(ctx, spec.Credentials)
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	if err := l.offline(ctx, id); err != nil {
+		return providers.Machine{}, err
+	}
+	req := lender.CreateRequest{
+		ComputerID: spec.ComputerID, SessionID: spec.SessionID, AttemptID: spec.AttemptID,
+		Deployment: spec.Deployment, Agent: spec.AgentID, Image: spec.Image, TokenHash: spec.TokenHash,
+		Env: spec.Env, LeaseSeconds: int(spec.Lease / time.Second), CPUs: l.o.CPUs, MemoryMB: l.o.MemoryMB,
+	}
+	if l.o.Workspace != nil {
+		if ws, err := l.o.Workspace(ctx, spec.AgentID); err == nil {
+			req.Workspace = ws
+		}
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lender"+lender.PathComputers, bytes.NewReader(body))
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := l.o.Relay.Transport(id).RoundTrip(hreq)
+	if err != nil {
+		if oe := new(relayserver.OfflineError); errors.As(err, &oe) {
+			return providers.Machine{}, l.offline(ctx, id)
+		}
+		// The request may have reached the lender: not definite.
+		return providers.Machine{}, fmt.Errorf("create computer %s on lender %s: %w: %v", spec.ComputerID, id, providers.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return providers.Machine{}, l.lenderError(id, spec.ComputerID, resp)
+	}
+	var c lender.Computer
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		return providers.Machine{}, fmt.Errorf("create computer %s on lender %s: %w: answer: %v", spec.ComputerID, id, providers.ErrUnavailable, err)
+	}
+	m := providers.Machine{
+		ID:       MachineID(id, c.MachineID),
+		Endpoint: "http://lender" + lender.EndpointPath(c.ComputerID),
+		Labels:   c.Labels,
+	}
+	l.log.Info("computer started on a lent machine", "computer", spec.ComputerID, "lender", id, "machine", m.ID)
+	return m, nil
+}
+
+// lenderError turns an error answer of the lender into the provider's.
+func (l *Local) lenderError(id, computerID string, resp *http.Response) error {
+	e, ok := lender.ReadError(resp)
+	if !ok {
+		return fmt.Errorf("create computer %s on lender %s: %w: answer %d", computerID, id, providers.ErrUnavailable, resp.StatusCode)
+	}
+	switch e.Code {
+	case lender.CodeBadImage:
+		return fmt.Errorf("lender %s: %w: %s", id, providers.ErrBadImage, e.Message)
+	case lender.CodeConflict, lender.CodeInternal:
+		return fmt.Errorf("lender %s: %w: %s", id, providers.ErrUnavailable, e.Message)
+	}
+	status := e.Status
+	if status < 400 || status == http.StatusInternalServerError {
+		status = http.StatusBadGateway
+	}
+	return refused(status, e.Code, "lender %s: %s", id, e.Message)
+}
+
+// MachineID is the supervisor's id of a lent machine: the lender's
+// companion id and the container's name.
+func MachineID(lenderID, container string) string { return lenderID + "/" + container }
+
+func splitMachine(machineID string) (lenderID, container string, err error) {
+	lid, c, ok := strings.Cut(machineID, "/")
+	if !ok || lid == "" || c == "" {
+		return "", "", fmt.Errorf("machine id %q: want LENDER/CONTAINER", machineID)
+	}
+	return lid, c, nil
+}
+
+// Destroy asks the lender to remove the computer. An offline lender is
+// providers.ErrUnavailable (the supervisor retries; the lender removes the
+// computer by itself when its lease is over).
+func (l *Local) Destroy(ctx context.Context, machineID string) error {
+	id, container, err := splitMachine(machineID)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://lender"+lender.PathComputers+"/"+container, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := l.o.Relay.Transport(id).RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w: %v", machineID, providers.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		e, _ := lender.ReadError(resp)
+		return fmt.Errorf("destroy %s: %w: lender answered %d: %s", machineID, providers.ErrUnavailable, resp.StatusCode, e.Message)
+	}
+	return nil
+}
+
+// Transport sends the supervisor's computerd requests for m through the
+// relay to its lender.
+func (l *Local) Transport(m providers.Machine, _ map[string]string) http.RoundTripper {
+	id, _, err := splitMachine(m.ID)
+	if err != nil {
+		return failing{err}
+	}
+	return l.o.Relay.Transport(id)
+}
+
+type failing struct{ err error }
+
+func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
+
+var (
+	_ providers.Provider    = (*Local)(nil)
+	_ providers.Transporter = (*Local)(nil)
+)
