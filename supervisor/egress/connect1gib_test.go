@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -13,7 +14,9 @@ import (
 // downloads 1 GiB through a CONNECT tunnel and 1 GiB over a direct loopback
 // connection to the same server, alternating which goes first, and it
 // reports MB/s each way and their ratio (proxy over direct; the target is
-// at least 0.8). The client reads into its own 256 KiB buffer both ways.
+// at least 0.8), and the CPU time the process (client, server and proxy
+// together) spent per GiB each way. The client reads into its own 256 KiB
+// buffer both ways.
 // An iteration takes seconds; run it once:
 //
 //	go test -run '^$' -bench Connect1GiB -benchtime 1x ./supervisor/egress/
@@ -36,8 +39,11 @@ func BenchmarkConnect1GiB(b *testing.B) {
 	defer tc.Close()
 
 	buf := make([]byte, 256<<10)
+	var cpu time.Duration // of the last fetch
 	fetch := func(c net.Conn, r io.Reader, n int) time.Duration {
 		c.SetDeadline(time.Now().Add(2 * time.Minute))
+		c0 := cpuTime()
+		defer func() { cpu = cpuTime() - c0 }()
 		t0 := time.Now()
 		if err := binary.Write(c, binary.BigEndian, uint64(n)); err != nil {
 			b.Fatal(err)
@@ -55,15 +61,17 @@ func BenchmarkConnect1GiB(b *testing.B) {
 	fetch(dc, dc, 64<<20)
 	fetch(tc, tbr, 64<<20)
 
-	var direct, proxied time.Duration
+	var direct, proxied, directCPU, proxyCPU time.Duration
+	fetchDirect := func() { direct += fetch(dc, dc, size); directCPU += cpu }
+	fetchProxied := func() { proxied += fetch(tc, tbr, size); proxyCPU += cpu }
 	b.ResetTimer()
 	for i := range b.N {
 		if i%2 == 0 {
-			direct += fetch(dc, dc, size)
-			proxied += fetch(tc, tbr, size)
+			fetchDirect()
+			fetchProxied()
 		} else {
-			proxied += fetch(tc, tbr, size)
-			direct += fetch(dc, dc, size)
+			fetchProxied()
+			fetchDirect()
 		}
 	}
 	b.StopTimer()
@@ -71,4 +79,15 @@ func BenchmarkConnect1GiB(b *testing.B) {
 	b.ReportMetric(mb/direct.Seconds(), "direct-MB/s")
 	b.ReportMetric(mb/proxied.Seconds(), "proxy-MB/s")
 	b.ReportMetric(direct.Seconds()/proxied.Seconds(), "ratio")
+	b.ReportMetric(float64(directCPU.Milliseconds())/float64(b.N), "direct-cpu-ms/GiB")
+	b.ReportMetric(float64(proxyCPU.Milliseconds())/float64(b.N), "proxy-cpu-ms/GiB")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
