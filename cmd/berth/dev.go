@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +69,10 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	if abuse != "" && abuse != "on" && abuse != "off" {
 		return daemon.Options{}, fmt.Errorf("EGRESS_ABUSE=%q: want on or off", abuse)
 	}
+	lv, err := liveViewOptions()
+	if err != nil {
+		return daemon.Options{}, err
+	}
 	return daemon.Options{
 		Egress: daemon.EgressOptions{Listen: os.Getenv("EGRESS_LISTEN"), BlockedCIDRs: blocked, Abuse: abuse == "on"},
 		Listen: f.listen, DataDir: f.data, Store: f.store,
@@ -76,6 +81,7 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 		Providers:           ids,
 		DefaultProvider:     def,
 		Logger:              slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl})),
+		LiveView:            lv,
 	}, nil
 }
 
@@ -95,6 +101,10 @@ the computer images when they are missing and this is a Berth checkout.`,
 			o, err := f.options(cmd)
 			if err != nil {
 				return err
+			}
+			if os.Getenv("TURN_LISTEN") == "" {
+				// All-in-one: the TURN relay for live view on docker0.
+				o.LiveView.Listen = ":3478"
 			}
 			if os.Getenv("PROVIDERS") == "" {
 				// All-in-one: also computers served by `berth agent tunnel`.
@@ -193,4 +203,34 @@ func ensureImages(ctx context.Context, cmd *cobra.Command) error {
 		return fmt.Errorf("build images: %w (run `make images` to see why)", err)
 	}
 	return nil
+}
+
+// liveViewOptions reads the live-view settings: TURN_LISTEN, TURN_TLS_LISTEN,
+// TURN_TLS_CERT, TURN_TLS_KEY, TURN_SECRET, TURN_PUBLIC_HOST, DESKTOP_USERS,
+// STREAM_IDLE_STOP_MS and BERTH_PUBLIC_URL.
+func liveViewOptions() (daemon.LiveViewOptions, error) {
+	o := daemon.LiveViewOptions{
+		Listen: os.Getenv("TURN_LISTEN"), TLSListen: os.Getenv("TURN_TLS_LISTEN"),
+		TLSCert: os.Getenv("TURN_TLS_CERT"), TLSKey: os.Getenv("TURN_TLS_KEY"),
+		Secret: os.Getenv("TURN_SECRET"), PublicHost: os.Getenv("TURN_PUBLIC_HOST"),
+		PublicURL: os.Getenv("BERTH_PUBLIC_URL"),
+	}
+	if v := os.Getenv("DESKTOP_USERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			return o, fmt.Errorf("DESKTOP_USERS=%q: want 1..64 viewers at once", v)
+		}
+		o.DesktopUsers = n
+	}
+	if v := os.Getenv("STREAM_IDLE_STOP_MS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 86400000 {
+			return o, fmt.Errorf("STREAM_IDLE_STOP_MS=%q: want 1..86400000 milliseconds", v)
+		}
+		o.IdleStopMS = n
+	}
+	if o.Secret != "" && len(o.Secret) < 16 {
+		return o, fmt.Errorf("TURN_SECRET: must be at least 16 characters")
+	}
+	return o, nil
 }

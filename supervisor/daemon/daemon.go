@@ -27,9 +27,11 @@ import (
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/providers/local"
 	"github.com/berthdev/berth/relay/relayserver"
+	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
 	"github.com/berthdev/berth/supervisor/egress"
+	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
@@ -78,6 +80,10 @@ type Options struct {
 	// RelayToken (RELAY_TOKEN), when set, lets a relay running as its own
 	// process check agents' tokens at relayserver.AuthenticatePath.
 	RelayToken string
+
+	// LiveView configures the TURN relay and viewer signalling; off
+	// unless LiveView.Listen is set.
+	LiveView LiveViewOptions
 }
 
 // EgressOptions configure the egress proxy.
@@ -112,6 +118,14 @@ type Daemon struct {
 	log      *slog.Logger
 	egressLn net.Listener
 	guarded  int // the port opened in the host firewall, 0 if none
+
+	// TURN is the live-view relay and LiveView its signalling, nil when
+	// live view is off.
+	TURN        *turnserver.Server
+	LiveView    *liveview.Manager
+	turnSecret  []byte
+	viewerTURN  []string
+	turnGuarded int // the TURN port opened in the host firewall
 }
 
 // New assembles a supervisor without starting it.
@@ -187,6 +201,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		if d.egressLn != nil {
 			d.egressLn.Close()
 		}
+		d.closeTURN()
 		d.Store.Close()
 		return nil, err
 	}
@@ -230,9 +245,14 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
+	computerEnv, err := d.startTURN(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	d.Service, err = supervisor.New(supervisor.Config{
 		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
 		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr, RelayURL: o.RelayURL,
+		ComputerEnv: computerEnv,
 	})
 	if err != nil {
 		return fail(err)
@@ -274,6 +294,9 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	mux.Handle("GET /metrics", h.Protect(http.HandlerFunc(d.metrics)))
 	if o.RelayToken != "" {
 		mux.HandleFunc("POST "+relayserver.AuthenticatePath, d.relayAuthenticate)
+	}
+	if err := d.mountLiveView(mux, h, tokens); err != nil {
+		return fail(err)
 	}
 	d.Handler = mux
 	return d, nil
@@ -494,6 +517,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 
 // Close releases the store, the egress listener and the firewall opening.
 func (d *Daemon) Close() error {
+	d.closeTURN()
 	if d.egressLn != nil {
 		d.egressLn.Close()
 	}

@@ -1,0 +1,180 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay/turnserver"
+	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/liveview"
+	"github.com/berthdev/berth/supervisor/secrets"
+)
+
+// LiveViewOptions configure live view: the TURN relay and the viewer
+// signalling. Live view is off unless Listen is set.
+type LiveViewOptions struct {
+	// Listen is TURN_LISTEN: HOST:PORT for TURN over UDP and TCP, :PORT for
+	// the docker0 bridge's address (which computers and this host reach),
+	// or empty/"off".
+	Listen string
+	// TLSListen, with TLSCert and TLSKey files, adds TURN over TLS
+	// (TURN_TLS_LISTEN, TURN_TLS_CERT, TURN_TLS_KEY).
+	TLSListen, TLSCert, TLSKey string
+	// Secret is TURN_SECRET; when empty one is generated once and kept in
+	// the data folder.
+	Secret string
+	// PublicHost is TURN_PUBLIC_HOST: the relay's address as viewers and
+	// computers reach it (default: the address TURN listens on).
+	PublicHost string
+	// DesktopUsers is DESKTOP_USERS (default liveview.DefaultDesktopUsers).
+	DesktopUsers int
+	// IdleStopMS is STREAM_IDLE_STOP_MS, passed to computers (0: theirs).
+	IdleStopMS int
+	// PublicURL is the supervisor's URL in viewer links (BERTH_PUBLIC_URL);
+	// empty means the URL the link was asked on.
+	PublicURL string
+}
+
+// startTURN opens the TURN relay's listeners and starts it, and returns
+// the environment computers need to reach it. It does nothing when live
+// view is off.
+func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
+	o := d.opts.LiveView
+	if o.Listen == "" || o.Listen == "off" {
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("TURN_LISTEN=%q: want HOST:PORT, :PORT or off", o.Listen)
+	}
+	if host == "" {
+		ip, err := interfaceIPv4("docker0")
+		if err != nil {
+			return nil, fmt.Errorf("TURN_LISTEN: no docker0 address to listen on (%v); set TURN_LISTEN=HOST:PORT or off", err)
+		}
+		host = ip.String()
+	}
+	relayIP, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil, fmt.Errorf("TURN_LISTEN=%q: the host must be an IP address of this machine", o.Listen)
+	}
+	pc, ln, err := listenUDPTCP(host, port)
+	if err != nil {
+		return nil, fmt.Errorf("TURN_LISTEN %s: %w", o.Listen, err)
+	}
+	cfg := turnserver.Config{RelayIP: relayIP, PacketConns: []net.PacketConn{pc}, Listeners: []net.Listener{ln}, Logger: d.log}
+	turnPort := pc.LocalAddr().(*net.UDPAddr).Port
+	closeAll := func() { pc.Close(); ln.Close() }
+	var tlsPort int
+	if o.TLSListen != "" && o.TLSListen != "off" {
+		tl, err := listenTLS(o.TLSListen, host, o.TLSCert, o.TLSKey)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		tlsPort = tl.Addr().(*net.TCPAddr).Port
+		cfg.Listeners = append(cfg.Listeners, tl)
+	}
+	secret := o.Secret
+	if secret == "" {
+		if secret, err = secrets.LoadOrCreateSecretFile(filepath.Join(d.opts.DataDir, "turn.secret"), 32); err != nil {
+			closeAll()
+			return nil, err
+		}
+	}
+	cfg.Secret = []byte(secret)
+	ts, err := turnserver.New(cfg)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("TURN: %w", err)
+	}
+	d.TURN = ts
+	d.turnSecret = cfg.Secret
+	public := o.PublicHost
+	if public == "" {
+		public = host
+	}
+	hp := net.JoinHostPort(public, strconv.Itoa(turnPort))
+	d.viewerTURN = []string{"turn:" + hp + "?transport=udp", "turn:" + hp + "?transport=tcp"}
+	if tlsPort != 0 {
+		d.viewerTURN = append(d.viewerTURN, "turns:"+net.JoinHostPort(public, strconv.Itoa(tlsPort))+"?transport=tcp")
+	}
+	if _, ok := d.Providers["docker"]; ok {
+		if err := docker.AllowTURN(ctx, turnPort); err != nil {
+			d.log.Warn("could not open the TURN port to computers in the host firewall; live view of Docker computers may fail", "err", err)
+		} else {
+			d.turnGuarded = turnPort
+		}
+	}
+	d.log.Info("TURN relay listening", "udp", pc.LocalAddr().String(), "tcp", ln.Addr().String(), "tls", tlsPort, "public", public)
+	env := map[string]string{desktop.EnvTURNHost: public, desktop.EnvTURNPort: strconv.Itoa(turnPort)}
+	if o.IdleStopMS > 0 {
+		env[desktop.EnvIdleStop] = strconv.Itoa(o.IdleStopMS)
+	}
+	return env, nil
+}
+
+// listenUDPTCP opens UDP and TCP on the same port; port 0 picks one free
+// for both.
+func listenUDPTCP(host, port string) (net.PacketConn, net.Listener, error) {
+	for range 10 {
+		pc, err := net.ListenPacket("udp4", net.JoinHostPort(host, port))
+		if err != nil {
+			return nil, nil, err
+		}
+		p := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+		ln, err := net.Listen("tcp4", net.JoinHostPort(host, p))
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, errors.New("no port free for both UDP and TCP")
+}
+
+// mountLiveView serves viewer links and pages when live view is on.
+func (d *Daemon) mountLiveView(mux *http.ServeMux, h *api.Handler, tokens *token.Deriver) error {
+	if d.TURN == nil {
+		return nil
+	}
+	o := d.opts.LiveView
+	lv, err := liveview.New(liveview.Config{
+		Store: d.Store, Tokens: tokens, Providers: d.Providers,
+		TURNSecret: d.turnSecret, ViewerTURN: d.viewerTURN,
+		DesktopUsers: o.DesktopUsers, PublicURL: o.PublicURL, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	d.LiveView = lv
+	h.Views = lv
+	mux.Handle("/view/", lv.Handler())
+	return nil
+}
+
+func (d *Daemon) closeTURN() {
+	if d.TURN == nil {
+		return
+	}
+	d.TURN.Close()
+	if d.turnGuarded != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := docker.UnguardTURN(ctx, d.turnGuarded); err != nil {
+			d.log.Warn("close the TURN port in the host firewall", "err", err)
+		}
+	}
+}
