@@ -154,7 +154,8 @@ func rowsOf(pkg, bench string, fields []string) []row {
 			ratio, hasRatio = v, true
 		case u == "ns/op":
 			nsop = &metric{v, u}
-		case u == "B/op" || u == "allocs/op":
+		case u == "B/op" || u == "allocs/op" || u == "MB/s":
+			// Go's own figures; MB/s is ns/op over the bytes set.
 		case isBaseline(u):
 			bases = append(bases, metric{v, u})
 		default:
@@ -164,18 +165,28 @@ func rowsOf(pkg, bench string, fields []string) []row {
 	if len(ours) == 0 && nsop != nil && nsop.value != 0 {
 		ours = append(ours, *nsop)
 	}
-	var rows []row
-	for _, o := range ours {
-		r := row{pkg: pkg, bench: bench, unit: o.unit, ours: o.value}
-		for i := range bases {
-			if tail(bases[i].unit) == tail(o.unit) {
-				r.base = &bases[i]
+	// A baseline goes to the figure it names exactly (direct-p99-ms is the
+	// baseline of p99-ms), else to the one figure with the same unit after
+	// the first word (direct-MB/s of proxy-MB/s).
+	rows := make([]row, len(ours))
+	taken := make([]bool, len(bases))
+	for i, o := range ours {
+		rows[i] = row{pkg: pkg, bench: bench, unit: o.unit, ours: o.value}
+		for j := range bases {
+			if !taken[j] && tail(bases[j].unit) == o.unit {
+				rows[i].base, taken[j] = &bases[j], true
 			}
 		}
-		if r.base == nil && len(bases) == 1 && len(ours) == 1 {
-			r.base = &bases[0]
+	}
+	for i, o := range ours {
+		for j := range bases {
+			if rows[i].base == nil && !taken[j] && tail(bases[j].unit) == tail(o.unit) {
+				rows[i].base, taken[j] = &bases[j], true
+			}
 		}
-		rows = append(rows, r)
+	}
+	if len(ours) == 1 && len(bases) == 1 {
+		rows[0].base = &bases[0]
 	}
 	// The reported ratio belongs to the one row with a baseline; other rows
 	// with a baseline get theirs computed.

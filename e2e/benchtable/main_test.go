@@ -17,6 +17,10 @@ BenchmarkProxyVsDirect/body=1KiB-2   	    5000	         0 ns/op	     81000 direc
 BenchmarkConnect1GiB-2   	       1	  1000 ns/op	      2169 direct-MB/s	       985.0 proxy-MB/s	         0.45 ratio
 pkg: github.com/berthdev/berth/supervisor/store/sqlstore
 BenchmarkLiveSession/sqlite-2   	   10000	     88000 ns/op
+pkg: github.com/berthdev/berth/supervisor/api
+BenchmarkExecCalls/postgres-2   	    4000	    157134 ns/op	      6360 calls/s	         0.088 direct-p99-ms	         0.968 overhead-p99-ms	         0.152 p50-ms	         1.06 p99-ms
+pkg: github.com/berthdev/berth/supervisor/egress
+BenchmarkConnectThroughput-2   	      20	  22643614 ns/op	 740.93 MB/s	      2232 direct-MB/s	      1109 proxy-MB/s	         0.497 ratio
 --- FAIL: BenchmarkFiles
     bench_test.go:344: POST write_file: status 422, want 200
 FAIL	github.com/berthdev/berth/e2e	14.980s
@@ -36,6 +40,11 @@ func TestParse(t *testing.T) {
 		{"BenchmarkProxyVsDirect/body=1KiB", "proxy-ns/op", 165000, 81000, 2.04},
 		{"BenchmarkConnect1GiB", "proxy-MB/s", 985, 2169, 0.45},
 		{"BenchmarkLiveSession/sqlite", "ns/op", 88000, 0, 0},
+		{"BenchmarkExecCalls/postgres", "calls/s", 6360, 0, 0},
+		{"BenchmarkExecCalls/postgres", "overhead-p99-ms", 0.968, 0, 0},
+		{"BenchmarkExecCalls/postgres", "p50-ms", 0.152, 0, 0},
+		{"BenchmarkExecCalls/postgres", "p99-ms", 1.06, 0.088, 1.06 / 0.088},
+		{"BenchmarkConnectThroughput", "proxy-MB/s", 1109, 2232, 0.497},
 	}
 	if len(rows) != len(wants) {
 		t.Fatalf("%d rows, want %d: %+v", len(rows), len(wants), rows)
