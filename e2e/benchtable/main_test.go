@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"math"
 	"strings"
 	"testing"
 )
@@ -55,7 +56,7 @@ func TestParse(t *testing.T) {
 		if r.base != nil {
 			base = r.base.value
 		}
-		if r.bench != w.bench || r.unit != w.unit || r.ours != w.ours || base != w.base || r.ratio != w.ratio {
+		if r.bench != w.bench || r.unit != w.unit || r.ours != w.ours || base != w.base || math.Abs(r.ratio-w.ratio) > 1e-9 {
 			t.Errorf("row %d: %s %s %g base %g ratio %g, want %+v", i, r.bench, r.unit, r.ours, base, r.ratio, w)
 		}
 	}
