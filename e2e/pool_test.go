@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -348,17 +349,24 @@ func (m *memInfo) read() (uint64, uint64, error) {
 // injected memory reading, without the HTTP side.
 func poolService(t *testing.T, image string, size int, mem *memInfo) (*supervisor.Service, *docker.Docker, store.Store) {
 	t.Helper()
+	return poolServiceIn(t, t.TempDir(), image, size, mem, nil)
+}
+
+// poolServiceIn is poolService on the store and secrets kept in dir, with
+// clock clk (nil: the real one).
+func poolServiceIn(t *testing.T, dir, image string, size int, mem *memInfo, clk clock.Clock) (*supervisor.Service, *docker.Docker, store.Store) {
+	t.Helper()
 	ctx := context.Background()
 	d, err := docker.New(docker.Options{HeadlessImage: image, MemoryMB: 256, NetworkPool: 1, WarmPool: size, MemInfo: mem.read,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "secret.key"))
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +379,7 @@ func poolService(t *testing.T, image string, size int, mem *memInfo) (*superviso
 		t.Fatal(err)
 	}
 	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": d},
-		Box: box, Tokens: tokens, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		Box: box, Tokens: tokens, Clock: clk, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +461,105 @@ func TestWarmPoolMemoryPressure(t *testing.T) {
 	}
 	if left := deploymentObjects(t, dep); left != "" {
 		t.Errorf("left on the engine: %s", left)
+	}
+}
+
+// later is the real clock moved ahead by d.
+type later struct{ d time.Duration }
+
+func (l later) Now() time.Time                         { return time.Now().Add(l.d) }
+func (l later) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestWarmPoolAfterCrash: a supervisor dies with computers waiting in its
+// pool and one claimed by a running session. The next supervisor on the
+// same store removes the waiting ones (their bind secrets died with their
+// maker), keeps the session's computer and serves it, and fills a pool of
+// its own.
+func TestWarmPoolAfterCrash(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	dir := t.TempDir()
+	mem := &memInfo{}
+	mem.free.Store(50)
+	a, _, ast := poolServiceIn(t, dir, "berth/test:latest", 2, mem, nil)
+	ctx := context.Background()
+	if err := ast.Heartbeat(ctx, a.Instance(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	actx, crash := context.WithCancel(ctx)
+	aran := make(chan struct{})
+	go func() {
+		defer close(aran)
+		a.RunPool(actx)
+	}()
+	waitFor(t, 90*time.Second, "first pool filled", func() bool { return a.PoolStats().Waiting == 2 })
+	if _, err := a.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: "survivor", Name: "survivor"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Connect(ctx, supervisor.ConnectRequest{Agent: "survivor", Provider: "docker"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Start(ctx, "survivor"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "survivor", supervisor.ExecRequest{Command: "echo kept > ~/kept"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "first pool refilled", func() bool { return a.PoolStats().Waiting == 2 })
+	// The crash: the pool stops, nothing is drained, no more heartbeats.
+	crash()
+	<-aran
+	dep, err := a.Deployment(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := dockerClient(t)
+	orphans := poolContainers(t, cli, dep)
+	if len(orphans) != 3 {
+		t.Fatalf("after the crash the engine holds %d pool computers, want 2 waiting and 1 claimed: %v", len(orphans), orphans)
+	}
+
+	// The next supervisor sees the first one's heartbeat as stale.
+	b, _, _ := poolServiceIn(t, dir, "berth/test:latest", 1, mem, later{supervisor.InstanceTTL + time.Second})
+	rep, err := b.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kept != 1 || rep.Destroyed != 2 || rep.Pooled != 0 {
+		t.Errorf("reconcile: %+v, want the session's computer kept and the 2 waiting ones destroyed", rep)
+	}
+	x, err := b.Exec(ctx, "survivor", supervisor.ExecRequest{Command: "cat ~/kept"})
+	if err != nil || x.Stdout != "kept\n" {
+		t.Fatalf("the surviving session through the next supervisor: %+v %v", x, err)
+	}
+	bctx, stop := context.WithCancel(ctx)
+	bran := make(chan struct{})
+	go func() {
+		defer close(bran)
+		b.RunPool(bctx)
+	}()
+	waitFor(t, 90*time.Second, "second pool filled", func() bool { return b.PoolStats().Waiting == 1 })
+	left := poolContainers(t, cli, dep)
+	if len(left) != 2 {
+		t.Errorf("engine holds %d pool computers, want the session's and the new pool's: %v", len(left), left)
+	}
+	for id := range orphans {
+		if _, ok := left[id]; ok && len(orphans) > 0 {
+			m, _ := ast.GetPoolMember(ctx, id)
+			if m.State != store.PoolClaimed {
+				t.Errorf("waiting computer %s of the dead supervisor is still there", id)
+			}
+		}
+	}
+	if _, err := b.Stop(ctx, "survivor"); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	<-bran
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b.DrainPool(dctx)
+	if left := deploymentObjects(t, dep); left != "" {
+		t.Errorf("left on the engine: %s", left)
+		cleanupDeployment(t, dep)
 	}
 }
