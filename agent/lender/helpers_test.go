@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 const testImage = "berth/test:latest"
 
 // requireDocker skips when no engine answers, unless BERTH_REQUIRE_DOCKER=1.
-func requireDocker(t *testing.T) {
+func requireDocker(t testing.TB) {
 	t.Helper()
 	if err := exec.Command("docker", "image", "inspect", testImage).Run(); err != nil {
 		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
@@ -39,30 +39,32 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-func testContext(t *testing.T, limit time.Duration) context.Context {
+func testContext(t testing.TB, limit time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	t.Cleanup(cancel)
-	if dl, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-5*time.Second))
-		t.Cleanup(cancel)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-5*time.Second))
+			t.Cleanup(cancel)
+		}
 	}
 	return ctx
 }
 
-type logWriter struct{ t *testing.T }
+type logWriter struct{ t testing.TB }
 
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(logWriter{t}, nil))
 }
 
 // rig is a lender with its data folder and ledger, on a fake clock.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	l     *Lender
 	led   *ledger.Ledger
 	clk   *clock.Fake
@@ -73,7 +75,7 @@ type rig struct {
 // monday10 is Monday 2026-11-30 10:00 in Europe/Berlin.
 var monday10 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func newRig(t *testing.T, agent, dir string, clk *clock.Fake) *rig {
+func newRig(t testing.TB, agent, dir string, clk *clock.Fake) *rig {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -141,7 +143,7 @@ func request(agent string) (CreateRequest, string) {
 }
 
 // destroyAll removes the computers the test made, whatever state they are in.
-func destroyAll(t *testing.T, ids ...string) {
+func destroyAll(t testing.TB, ids ...string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

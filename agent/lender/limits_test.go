@@ -222,4 +222,3 @@ func TestAllowedHours(t *testing.T) {
 		}
 	}
 }
-

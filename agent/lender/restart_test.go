@@ -192,3 +192,32 @@ func exists(container string) bool {
 func volumeExists(v string) bool {
 	return exec.Command("docker", "volume", "inspect", v).Run() == nil
 }
+
+// TestResyncClosesVanished: a computer removed behind the agent's back
+// (while the relay was away, say) is closed when the agent resyncs.
+func TestResyncClosesVanished(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	r := newRig(t, "cp_resync", "", nil)
+	r.set(nil)
+	req, _ := request("agent-1")
+	destroyAll(t, req.ComputerID)
+	c, err := r.l.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("docker", "rm", "-f", c.MachineID).Run(); err != nil {
+		t.Fatal(err)
+	}
+	r.clk.Advance(2 * time.Minute)
+	if err := r.l.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.l.Computers()); n != 0 {
+		t.Fatalf("%d computers after resync", n)
+	}
+	s, err := r.led.Get(ctx, req.ComputerID)
+	if err != nil || s.Open() || s.EndReason != "computer gone" || s.Seconds != 120 {
+		t.Fatalf("ledger: %+v %v", s, err)
+	}
+}

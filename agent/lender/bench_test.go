@@ -1,0 +1,89 @@
+package lender
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/relay"
+	"github.com/berthdev/berth/relay/relayclient"
+	"github.com/berthdev/berth/relay/relayserver"
+)
+
+// BenchmarkLentExec measures a small exec on a lent computer the way the
+// supervisor makes it (through the relay and the agent's proxy) against the
+// same exec sent straight to the computer's computerd, alternating the two
+// in one run. It reports both and their ratio.
+func BenchmarkLentExec(b *testing.B) {
+	requireDocker(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := newRig(b, "cp_bench", "", nil)
+	r.set(nil)
+	req, tok := request("bench")
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		r.l.Destroy(dctx, req.ComputerID)
+	}()
+	if _, err := r.l.Create(ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	rs := relayserver.New(relayserver.Config{Authenticate: func(string) (string, bool) { return "cp_bench", true }})
+	mux := http.NewServeMux()
+	mux.Handle(relay.ConnectPath, rs)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer rs.Close()
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.l.Serve(lctx, relayclient.Config{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + relay.ConnectPath, Token: "t"})
+	}()
+	defer func() { stop(); <-done }()
+	for ctx.Err() == nil {
+		if p, ok := rs.Presence("cp_bench"); ok && p.Online {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c, _ := r.l.lookup(req.ComputerID)
+	direct := computerd.NewClient(c.endpoint, tok)
+	relayed := computerd.NewClient("http://lender"+EndpointPath(req.ComputerID), tok, computerd.WithTransport(rs.Transport("cp_bench")))
+	for _, cl := range []*computerd.Client{direct, relayed} {
+		for {
+			if _, err := cl.Health(ctx); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	run := func(cl *computerd.Client) time.Duration {
+		start := time.Now()
+		res, err := cl.Exec(ctx, computerd.ExecRequest{Command: "true", TimeoutMs: 10000})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %+v %v", res, err)
+		}
+		return time.Since(start)
+	}
+	run(direct)
+	run(relayed)
+	b.ResetTimer()
+	var dt, rt time.Duration
+	for i := 0; i < b.N; i++ {
+		dt += run(direct)
+		rt += run(relayed)
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(dt.Microseconds())/n, "direct-µs/op")
+	b.ReportMetric(float64(rt.Microseconds())/n, "relayed-µs/op")
+	b.ReportMetric(float64(rt)/float64(dt), "ratio")
+}
