@@ -94,6 +94,7 @@ type Lender struct {
 	closed    bool
 	settings  control.Settings
 	docker    Docker
+	retired   []Docker   // instances for earlier sizes, closed with the lender
 	sized     [2]float64 // the cpus and memoryMB docker was built for
 	running   map[string]*computer
 	starting  map[string]reservation
@@ -183,41 +184,49 @@ func (l *Lender) Close() error {
 	}
 	l.closed = true
 	close(l.done)
-	d := l.docker
-	l.docker = nil
+	ds := append(l.retired, l.docker)
+	l.docker, l.retired = nil, nil
 	l.mu.Unlock()
 	l.wg.Wait()
 	if t, ok := l.transport.(*http.Transport); ok && l.cfg.Transport == nil {
 		t.CloseIdleConnections()
 	}
-	if d != nil {
-		return d.Close()
+	var errs []error
+	for _, d := range ds {
+		if d != nil {
+			errs = append(errs, d.Close())
+		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // provider returns the Docker provider for the current size, building it
 // when the size changed.
 func (l *Lender) provider() (Docker, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return nil, ErrClosed
 	}
 	size := [2]float64{l.settings.CPUs, float64(l.settings.MemoryMB)}
 	if l.docker != nil && l.sized == size {
-		return l.docker, nil
+		d := l.docker
+		l.mu.Unlock()
+		return d, nil
 	}
 	d, err := l.cfg.Docker(l.settings.CPUs, l.settings.MemoryMB)
 	if err != nil {
+		l.mu.Unlock()
 		return nil, fmt.Errorf("docker: %w", err)
 	}
+	// Machines are removed by name, so the new instance removes those the
+	// old one made too; the old one may still be in use by a start and is
+	// closed with the lender.
 	if l.docker != nil {
-		// Machines are removed by name, so any instance removes those the
-		// old one made.
-		go l.docker.Close()
+		l.retired = append(l.retired, l.docker)
 	}
 	l.docker, l.sized = d, size
+	l.mu.Unlock()
 	return d, nil
 }
 

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/berthdev/berth/agent/credstore"
+)
+
+// TestAgentRunNeedsPairing: run refuses to start on a machine that is not
+// paired, and names the command that pairs it.
+func TestAgentRunNeedsPairing(t *testing.T) {
+	pairEnv(t)
+	r := run(t, "", "agent", "run", "--data", t.TempDir())
+	if r.code != exitUsage || !strings.Contains(r.stderr, "this machine is not paired: run berth agent pair CODE --supervisor URL first") {
+		t.Fatalf("run without pairing: %d %q", r.code, r.stderr)
+	}
+}
+
+// TestAgentPairKeepsRelay: the relay named in the pairing answer is kept
+// for berth agent run; without one, run asks for --relay.
+func TestAgentPairKeepsRelay(t *testing.T) {
+	dir := pairEnv(t)
+	s := newSupervisor(t)
+	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`","relayUrl":"wss://relay.example/v1/agents/connect"}`)
+	run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL).want(t, 0,
+		"paired as agent cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
+	cs, err := credstore.New(credstore.WithDir(dir), credstore.FileOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.Load()
+	if err != nil || got.RelayURL != "wss://relay.example/v1/agents/connect" {
+		t.Fatalf("stored %+v %v", got, err)
+	}
+
+	got.RelayURL = ""
+	if _, err := cs.Save(got); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "agent", "run", "--data", filepath.Join(t.TempDir(), "agent"))
+	if r.code != exitUsage || !strings.Contains(r.stderr, "the supervisor named no relay when this machine paired: give --relay") {
+		t.Fatalf("run without a relay: %d %q", r.code, r.stderr)
+	}
+}
+
+// TestRelayNeedsToken: berth relay does not start without RELAY_TOKEN or
+// a supervisor to check tokens with.
+func TestRelayNeedsToken(t *testing.T) {
+	t.Setenv("RELAY_TOKEN", "")
+	r := run(t, "", "relay", "--supervisor", "http://127.0.0.1:1")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "RELAY_TOKEN: set it to a secret of at least 16 characters") {
+		t.Fatalf("relay without a token: %d %q", r.code, r.stderr)
+	}
+	t.Setenv("RELAY_TOKEN", "relay-token-0123456789")
+	t.Setenv("SUPERVISOR_URL", "")
+	r = run(t, "", "relay", "--supervisor", "")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--supervisor: the supervisor's URL is required") {
+		t.Fatalf("relay without a supervisor: %d %q", r.code, r.stderr)
+	}
+}
