@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help build run test test-short images docker bench bench-density lint clean app app-package
+.PHONY: help build run test test-k8s test-short images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ run: build images ## build everything and start `berth dev` on $(LISTEN)
 
 test: docker images ## run the whole suite, Docker integration tests included
 	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it
+	packaging/k8s-test/run.sh test
 
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...

@@ -105,6 +105,14 @@ EOF
 
 cleanup() {
 	set +e
+	# Containers outlive containerd in their shims: end the shims our
+	# containerd started (found by its socket) and what runs under them.
+	for d in /proc/[0-9]*; do
+		{ tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -q -- "containerd-shim.*-address $RUN/containerd.sock" || continue
+		shim=${d#/proc/}
+		for child in $(cat "$d"/task/*/children 2>/dev/null); do kill -9 "$child" 2>/dev/null; done
+		kill -9 "$shim" 2>/dev/null
+	done
 	for f in "$RUN"/*.pid; do
 		[ -f "$f" ] || continue
 		pid=$(cat "$f")
@@ -284,6 +292,10 @@ podCIDR: $POD_CIDR
 maxPods: 20
 serializeImagePulls: false
 resolvConf: ""
+featureGates:
+  # With cgroupsPerQOS off, the in-place resize path of kubelet 1.34
+  # dereferences a pod cgroup manager that does not exist.
+  InPlacePodVerticalScaling: false
 EOF
 	log "starting kubelet"
 	setsid "$BIN/kubelet" --config "$RUN/kubelet.yaml" --kubeconfig "$RUN/node.kubeconfig" \
@@ -292,6 +304,9 @@ EOF
 	echo $! >"$RUN/kubelet.pid"
 	wait_for kubelet 240 sh -c "kubectl --kubeconfig '$RUN/admin.kubeconfig' get node berth-node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
 
+	# No controller manager runs, so nothing lifts the taint the node
+	# registered with; the node is ready, so lift it here.
+	kubectl --kubeconfig "$RUN/admin.kubeconfig" taint nodes berth-node node.kubernetes.io/not-ready- >/dev/null 2>&1 || true
 	kubectl --kubeconfig "$RUN/admin.kubeconfig" create namespace berth-test >/dev/null
 	cat >"$RUN/env" <<EOF
 BERTH_K8S_API_URL=https://127.0.0.1:$API_PORT

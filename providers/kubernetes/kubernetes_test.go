@@ -23,7 +23,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// client-go keeps the HTTP/2 connections of the transports it caches
+	// per configuration for the life of the process (TestCluster only).
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
 }
 
 func testSpec() providers.Spec {
