@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,8 +41,14 @@ func (c *countingConn) counts() (writes, bytes int) {
 }
 
 // A bulk response leaves the agent in large writes, not one per 4 KB the
-// websocket masks, and small answers are not held back.
+// websocket masks, and small answers are not held back; over TLS too,
+// where the writes gathered are TLS records.
 func TestLinkCoalescesWrites(t *testing.T) {
+	t.Run("ws", func(t *testing.T) { testLinkCoalescesWrites(t, false) })
+	t.Run("wss", func(t *testing.T) { testLinkCoalescesWrites(t, true) })
+}
+
+func testLinkCoalescesWrites(t *testing.T, useTLS bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	blob := bytes.Repeat([]byte("berth relay "), 4<<20/12)
@@ -52,13 +59,18 @@ func TestLinkCoalescesWrites(t *testing.T) {
 	rs := relayserver.New(relayserver.Config{Authenticate: func(tok string) (string, bool) { return "a1", tok == "tok" }})
 	rmux := http.NewServeMux()
 	rmux.Handle(relay.ConnectPath, rs)
-	hs := httptest.NewServer(rmux)
+	hs := httptest.NewUnstartedServer(rmux)
+	if useTLS {
+		hs.StartTLS()
+	} else {
+		hs.Start()
+	}
 	defer hs.Close()
 	defer rs.Close()
 
 	var mu sync.Mutex
 	var agentConn *countingConn
-	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := &http.Transport{TLSClientConfig: hs.Client().Transport.(*http.Transport).TLSClientConfig, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -72,7 +84,7 @@ func TestLinkCoalescesWrites(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(runCtx, Config{URL: "ws" + hs.URL[len("http"):] + relay.ConnectPath, Token: "tok",
+		done <- Run(runCtx, Config{URL: "ws" + strings.TrimPrefix(hs.URL, "http") + relay.ConnectPath, Token: "tok",
 			Handler: mux, HTTPClient: &http.Client{Transport: tr}})
 	}()
 	defer func() {
