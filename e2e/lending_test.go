@@ -223,6 +223,10 @@ func TestLendingThroughRelay(t *testing.T) {
 	if ss, err := owner.Sessions(ctx); err != nil || len(ss) != 1 || ss[0].Agent != "lend1" || ss[0].Workspace != "lab" {
 		t.Fatalf("owner's sessions: %+v %v", ss, err)
 	}
+	// A reconciliation lists the lent machine and keeps it.
+	if rep, err := d.Service.Reconcile(ctx); err != nil || rep.Machines != 1 || rep.Kept != 1 {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
 
 	// The relay dies while a command runs.
 	const key = "relay-killed-exec"
@@ -264,7 +268,11 @@ func TestLendingThroughRelay(t *testing.T) {
 	if again := post(); again.status != 200 || !again.x.Uncertain || again.replayed != "true" {
 		t.Fatalf("retry with the same key: %+v", again)
 	}
-	// Offline now: a new start would be refused, but the session lives.
+	// Offline now: a reconciliation cannot list the lender, so it ends
+	// nothing; the session lives.
+	if rep, err := d.Service.Reconcile(ctx); err == nil || rep.Vanished != 0 {
+		t.Fatalf("reconcile with the relay away: %+v %v", rep, err)
+	}
 	var view struct {
 		Session session `json:"session"`
 	}

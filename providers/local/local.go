@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -325,6 +326,47 @@ func (l *Local) Destroy(ctx context.Context, machineID string) error {
 	return nil
 }
 
+// List returns the computers that the connection's lender runs (the
+// lender named by the credentials in ctx, see providers.WithCredentials,
+// or the only one the relay has seen). A lender that is offline is an
+// error, never an empty list, so that reconciliation does not take its
+// computers for gone.
+func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
+	id, err := l.lenderFor(ctx, providers.CredentialsFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if err := l.offline(ctx, id); err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lender"+lender.PathComputers, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.o.Relay.Transport(id).RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("list lender %s: %w: %v", id, providers.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e, _ := lender.ReadError(resp)
+		return nil, fmt.Errorf("list lender %s: %w: answer %d: %s", id, providers.ErrUnavailable, resp.StatusCode, e.Message)
+	}
+	var cs []lender.Computer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&cs); err != nil {
+		return nil, fmt.Errorf("list lender %s: %w: %v", id, providers.ErrUnavailable, err)
+	}
+	out := make([]providers.Machine, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, providers.Machine{
+			ID:       MachineID(id, c.MachineID),
+			Endpoint: "http://lender" + lender.EndpointPath(c.ComputerID),
+			Labels:   c.Labels,
+		})
+	}
+	return out, nil
+}
+
 // Transport sends the supervisor's computerd requests for m through the
 // relay to its lender.
 func (l *Local) Transport(m providers.Machine, _ map[string]string) http.RoundTripper {
@@ -342,4 +384,5 @@ func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, 
 var (
 	_ providers.Provider    = (*Local)(nil)
 	_ providers.Transporter = (*Local)(nil)
+	_ providers.Lister      = (*Local)(nil)
 )

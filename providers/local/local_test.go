@@ -223,6 +223,17 @@ func TestErrors(t *testing.T) {
 	decide(func(control.Approval) { clk.Advance(time.Minute) })
 	wantRefused(t, <-errc, 503, lender.CodeApprovalTimeout, "did not approve the session within 60 s")
 
+	// Listing: an offline lender is an error, an online one lists what it runs.
+	if _, err := p.List(providers.WithCredentials(ctx, map[string]string{CredLender: "cp_ghost"})); err == nil {
+		t.Fatal("list of an offline lender succeeded")
+	}
+	if ms, err := p.List(providers.WithCredentials(ctx, map[string]string{CredLender: "cp_asks"})); err != nil || len(ms) != 0 {
+		t.Fatalf("list: %+v %v", ms, err)
+	}
+	if _, err := p.List(ctx); err == nil {
+		t.Fatal("list with no lender named among several succeeded")
+	}
+
 	if err := p.CheckCredentials(map[string]string{"apiKey": "x"}); err == nil || !strings.Contains(err.Error(), `the only one is "lender"`) {
 		t.Fatalf("check credentials: %v", err)
 	}
