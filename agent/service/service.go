@@ -202,9 +202,7 @@ func (s *Service) Install() error {
 		}
 	}
 	if err := s.svc.Install(); err != nil {
-		if path != "" && !errors.Is(err, os.ErrPermission) {
-			s.remove()
-		}
+		s.remove()
 		return s.explain("install", err)
 	}
 	return nil
