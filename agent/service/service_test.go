@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // nsEnv marks the child process that runs a test inside its own mount
@@ -450,6 +452,13 @@ func TestSysVService(t *testing.T) {
 		t.Errorf("second install: %v", err)
 	}
 
+	// The init script starts the program in the background and exits; as a
+	// child subreaper this process adopts the program and reaps it when it
+	// is stopped, so that no zombie keeps the script's stop loop waiting,
+	// whatever PID 1 does.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
 	mustStatus(t, s, StatusStopped)
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
@@ -463,6 +472,7 @@ func TestSysVService(t *testing.T) {
 		return n
 	}
 	p := pid()
+	reapWhenAdopted(p)
 	t.Cleanup(func() {
 		if p > 0 {
 			syscall.Kill(p, syscall.SIGKILL)
@@ -481,6 +491,7 @@ func TestSysVService(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = pid()
+	reapWhenAdopted(p)
 	if err := s.Uninstall(); err != nil {
 		t.Fatal(err)
 	}
@@ -496,4 +507,22 @@ func TestSysVService(t *testing.T) {
 		t.Errorf("left after uninstall: script %v, links %q", err, links)
 	}
 	mustStatus(t, s, StatusNotInstalled)
+}
+
+// reapWhenAdopted waits for pid in the background once it has become this
+// process's child, for at most 30 s.
+func reapWhenAdopted(pid int) {
+	go func() {
+		for range 3000 {
+			var ws syscall.WaitStatus
+			_, err := syscall.Wait4(pid, &ws, 0, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != syscall.ECHILD {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // not adopted yet
+		}
+	}()
 }
