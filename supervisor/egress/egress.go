@@ -104,7 +104,10 @@ type Config struct {
 	// KeepAliveTimeout is how long Serve keeps an idle client connection
 	// open between plain requests.
 	KeepAliveTimeout time.Duration
-	// IdleTimeout closes a tunnel after this long without a byte either way.
+	// IdleTimeout closes a tunnel after this long without a byte either
+	// way. Spliced bytes are seen in the sockets' kernel counters, which
+	// are read every quarter of the timeout, so a tunnel closes between
+	// IdleTimeout and 1.25 times it after its last byte.
 	IdleTimeout time.Duration
 	// LookupTimeout bounds one name resolution.
 	LookupTimeout time.Duration
