@@ -23,6 +23,8 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
@@ -108,6 +110,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	logs := &logBuf{t: t}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	const relayToken = "e2e-relay-token-0123456789"
+	const computerSecret = "e2e-computer-token-secret-0123456789"
 
 	// Addresses first: the supervisor names the relay, the relay the supervisor.
 	sln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -124,7 +127,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "0"}
 	d, err := daemon.New(ctx, daemon.Options{
 		Egress: daemon.EgressOptions{Listen: ":0"}, Providers: []string{"docker", "local"},
-		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
+		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789", ComputerTokenSecret: computerSecret,
 		Getenv: func(k string) string { return env[k] }, Logger: log,
 		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
 	})
@@ -223,6 +226,24 @@ func TestLendingThroughRelay(t *testing.T) {
 	if ss, err := owner.Sessions(ctx); err != nil || len(ss) != 1 || ss[0].Agent != "lend1" || ss[0].Workspace != "lab" {
 		t.Fatalf("owner's sessions: %+v %v", ss, err)
 	}
+	// A terminal (streamed exec, a websocket) through the relay's internal
+	// API, the agent's link and its proxy.
+	deriver, err := token.NewDeriver([]byte(computerSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := computerd.NewClient("http://lender"+lender.EndpointPath(cs[0].ComputerID), deriver.Derive(token.Computer, cs[0].ComputerID),
+		computerd.WithTransport(remote.Transport(paired.AgentID)))
+	var termOut bytes.Buffer
+	st, err := term.ExecStream(ctx, computerd.StreamStart{Command: "read x; echo got $x", TimeoutMs: 20000}, &termOut, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write([]byte("typed\n"))
+	if code, _, err := st.Wait(); err != nil || code != 0 || termOut.String() != "got typed\n" {
+		t.Fatalf("terminal: %d %v %q", code, err, termOut.String())
+	}
+	st.Close()
 	// A reconciliation lists the lent machine and keeps it.
 	if rep, err := d.Service.Reconcile(ctx); err != nil || rep.Machines != 1 || rep.Kept != 1 {
 		t.Fatalf("reconcile: %+v %v", rep, err)
