@@ -1,0 +1,117 @@
+package boat
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func newTest(t testing.TB, f *fakeBoat, log *slog.Logger, image string) *Boat {
+	b, err := New(Options{APIURL: f.srv.URL + "/api/v1", HeadlessImage: image, PollInterval: 2 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func spec(key string) providers.Spec {
+	return providers.Spec{ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		TokenHash: strings.Repeat("cd", 32), Env: map[string]string{"TURN_PUBLIC_HOST": "turn.example"}, Lease: 5 * time.Minute,
+		Credentials: map[string]string{CredAPIKey: key}}
+}
+
+// TestCreateRequest checks the VM is made with no environment, snapshots
+// and monitoring off, auto-stop at the lease and Berth's labels.
+func TestCreateRequest(t *testing.T) {
+	f := newFakeBoat(t)
+	b := newTest(t, f, nil, "")
+	m, err := b.Create(t.Context(), spec(f.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := f.lastCreate
+	if env, ok := body["env"].(map[string]any); !ok || len(env) != 0 {
+		t.Errorf("env %v, want an empty object", body["env"])
+	}
+	for _, k := range []string{"snapshots", "monitoring"} {
+		if v, _ := body[k].(map[string]any); v["enabled"] != false {
+			t.Errorf("%s %v, want enabled false", k, body[k])
+		}
+	}
+	if body["autoStopSeconds"] != float64(300) || body["type"] != "small" {
+		t.Errorf("autoStopSeconds %v type %v", body["autoStopSeconds"], body["type"])
+	}
+	if meta, _ := body["metadata"].(map[string]any); meta[providers.LabelAttempt] != "a_1" || meta[providers.LabelManaged] != "true" {
+		t.Errorf("metadata %v", body["metadata"])
+	}
+	if !strings.HasPrefix(m.ID, "bx_") || m.Endpoint == "" {
+		t.Errorf("machine %+v", m)
+	}
+	ctx := providers.WithCredentials(t.Context(), spec(f.Key).Credentials)
+	if ms, err := b.List(ctx); err != nil || len(ms) != 1 || ms[0].Endpoint != m.Endpoint {
+		t.Errorf("List = %+v, %v", ms, err)
+	}
+	if err := b.Destroy(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Destroy(ctx, m.ID); err != nil {
+		t.Errorf("second destroy: %v", err)
+	}
+	cmd := DockerRun(spec("k"), "img:1")
+	for _, want := range []string{"'--read-only'", "'--cap-drop' 'ALL'", "'--user' '1000:1000'", "'no-new-privileges'", "'BERTH_TOKEN_SHA256=" + strings.Repeat("cd", 32) + "'"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("docker run lacks %s: %s", want, cmd)
+		}
+	}
+	if strings.Contains(cmd, "k'") && strings.Contains(cmd, "apiKey") {
+		t.Errorf("the key reached the VM: %s", cmd)
+	}
+}
+
+// TestErrors maps Boat's answers.
+func TestErrors(t *testing.T) {
+	f := newFakeBoat(t)
+	b := newTest(t, f, nil, "")
+	if _, err := b.Create(t.Context(), spec("wrong-key")); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-key") {
+		t.Errorf("bad key: %v", err)
+	}
+	f.rateLimit = 1
+	if _, err := b.Create(t.Context(), spec(f.Key)); !errors.Is(err, providers.ErrCapacity) {
+		t.Errorf("429: %v", err)
+	}
+	bad := newTest(t, f, nil, "missing/image:1")
+	s := spec(f.Key)
+	s.AttemptID = "a_2"
+	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) {
+		t.Errorf("missing image: %v", err)
+	}
+	if err := b.CheckCredentials(map[string]string{"token": "x"}); err == nil {
+		t.Errorf("CheckCredentials took a foreign key")
+	}
+	if _, err := New(Options{APIURL: "ftp://x"}); err == nil || !strings.Contains(err.Error(), SettingAPIURL) {
+		t.Errorf("bad URL: %v", err)
+	}
+}
+
+// TestConformance runs the providers' conformance suite against the fake.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		ID: ID,
+		New: func(pt providertest.T, log *slog.Logger) providertest.Target {
+			f := newFakeBoat(pt.(*testing.T))
+			return providertest.Target{Provider: newTest(pt.(*testing.T), f, log, ""),
+				Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
+		},
+	})
+}
