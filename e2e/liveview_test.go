@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,7 @@ type viewState struct {
 	FPS                float64 `json:"fps"`
 	LocalCandidateType string  `json:"localCandidateType"`
 	Error              string  `json:"error"`
+	FirstFrameMs       float64 `json:"firstFrameMs"`
 }
 
 func pageState(ctx context.Context) (viewState, error) {
@@ -352,4 +354,260 @@ func turnClient(t testing.TB, addr string, c turnserver.Credentials) *turn.Clien
 	}
 	t.Cleanup(func() { cl.Close(); conn.Close() })
 	return cl
+}
+
+// liveBench is a running desktop computer with live view, for benchmarks.
+type liveBench struct {
+	s     *super
+	agent string
+	ctx   context.Context
+}
+
+func newLiveBench(b *testing.B) *liveBench {
+	b.Helper()
+	requireDocker(b, desktopImage)
+	requireChromium(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	s := startLiveSupervisor(b)
+	startDesktop(s, "bench")
+	return &liveBench{s: s, agent: "bench", ctx: ctx}
+}
+
+// open issues a view link and opens it (with ?codec= when set) in a new
+// browser, waiting for decoded frames.
+func (lb *liveBench) open(b *testing.B, codec string) (context.Context, liveview.Grant) {
+	b.Helper()
+	var g liveview.Grant
+	lb.s.must("POST", "/v1/agents/"+lb.agent+"/computer/view", nil, 201, &g)
+	bctx := browser(b, lb.ctx)
+	u := g.URL
+	if codec != "" {
+		u += "&codec=" + codec
+	}
+	if err := chromedp.Do(bctx, chromedp.Navigate(u)); err != nil {
+		b.Fatal(err)
+	}
+	waitView(b, bctx, 30*time.Second, func(v viewState) bool { return v.FramesDecoded > 0 })
+	return bctx, g
+}
+
+// waitNoEncoder waits until the computer's encoder has stopped.
+func (lb *liveBench) waitNoEncoder(b *testing.B) {
+	b.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for encoders(lb.s, lb.agent) != "" {
+		if time.Now().After(deadline) {
+			b.Fatal("the encoder did not stop")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// latencyJS samples every decoded frame (requestVideoFrameCallback) and
+// records when the pixel's colour changes, in wall-clock milliseconds, and
+// the frame intervals.
+const latencyJS = `(() => {
+  const v = document.getElementById("video");
+  const c = document.createElement("canvas");
+  c.width = 16; c.height = 16;
+  const g = c.getContext("2d", { willReadFrequently: true });
+  window.berthLat = { changes: [], intervals: [], last: "", prev: 0 };
+  const L = window.berthLat;
+  const tick = (now, meta) => {
+    g.drawImage(v, 0, v.videoHeight / 2, 16, 16, 0, 0, 16, 16);
+    const d = g.getImageData(8, 8, 1, 1).data;
+    const k = [d[0], d[1], d[2]].map((x) => (x > 128 ? 1 : 0)).join("");
+    const t = performance.timeOrigin + (meta.expectedDisplayTime || now);
+    if (L.prev) L.intervals.push(t - L.prev);
+    L.prev = t;
+    if (k !== L.last) { L.changes.push([k, t]); L.last = k; }
+    v.requestVideoFrameCallback(tick);
+  };
+  v.requestVideoFrameCallback(tick);
+  return true;
+})()`
+
+type latencyLog struct {
+	Changes   [][2]any  `json:"changes"`
+	Intervals []float64 `json:"intervals"`
+}
+
+// BenchmarkLiveViewLatency measures capture-to-display latency through
+// the TURN relay on loopback: the computer paints its root window a new
+// colour (xsetroot) and notes the time; the page notes when a decoded
+// frame first shows it. The baseline is the frame interval measured in
+// the same run (66.7 ms at 15 fps). Target: median at most 100 ms.
+func BenchmarkLiveViewLatency(b *testing.B) {
+	lb := newLiveBench(b)
+	bctx, _ := lb.open(b, "")
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](latencyJS)); err != nil {
+		b.Fatal(err)
+	}
+	// Colours whose thresholded form differs from one to the next.
+	palette := []struct{ hex, key string }{
+		{"#ff0000", "100"}, {"#00ff00", "010"}, {"#0000ff", "001"}, {"#ffff00", "110"}, {"#00ffff", "011"}, {"#ff00ff", "101"},
+	}
+	var lat []float64
+	var intervals []float64
+	b.ResetTimer()
+	for range b.N {
+		var script strings.Builder
+		for i := range 24 {
+			p := palette[i%len(palette)]
+			fmt.Fprintf(&script, "xsetroot -solid '%s'; echo %s $(date +%%s%%N); sleep 0.35; ", p.hex, p.key)
+		}
+		x := lb.s.exec(lb.agent, script.String())
+		time.Sleep(500 * time.Millisecond)
+		log, err := chromedp.Run(bctx, chromedp.Evaluate[latencyLog](`window.berthLat`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, matchLatency(x.Stdout, log)...)
+		intervals = append(intervals, log.Intervals...)
+		chromedp.Run(bctx, chromedp.Evaluate[bool](`(window.berthLat.changes = [], window.berthLat.intervals = [], true)`))
+	}
+	b.StopTimer()
+	if len(lat) < 10 {
+		b.Fatalf("only %d colour changes were seen", len(lat))
+	}
+	med, frame := median(lat), median(intervals)
+	b.ReportMetric(med, "ms-median")
+	b.ReportMetric(percentile(lat, 0.9), "ms-p90")
+	b.ReportMetric(frame, "frame-interval-ms")
+	b.ReportMetric(med/frame, "latency/frame")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("capture-to-display through TURN: median %.0f ms, p90 %.0f ms over %d changes; frame interval %.1f ms", med, percentile(lat, 0.9), len(lat), frame)
+}
+
+// matchLatency pairs each painted colour with the first decoded frame
+// showing it after it was painted.
+func matchLatency(painted string, log latencyLog) []float64 {
+	var out []float64
+	for _, line := range strings.Split(strings.TrimSpace(painted), "\n") {
+		var key string
+		var ns int64
+		if _, err := fmt.Sscan(line, &key, &ns); err != nil {
+			continue
+		}
+		at := float64(ns) / 1e6
+		for _, c := range log.Changes {
+			k, _ := c[0].(string)
+			t, _ := c[1].(float64)
+			if k == key && t >= at-5 {
+				if t-at < 2000 {
+					out = append(out, t-at)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+func percentile(xs []float64, p float64) float64 {
+	s := append([]float64(nil), xs...)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// encoderCPU samples the ffmpeg process's CPU time in the computer over d
+// and returns the share of one core, in percent.
+func encoderCPU(b *testing.B, lb *liveBench, d time.Duration) float64 {
+	b.Helper()
+	x := lb.s.exec(lb.agent, fmt.Sprintf(`p=$(pgrep -x ffmpeg | head -1); a=$(cut -d' ' -f14,15 /proc/$p/stat); s1=$(date +%%s%%N); sleep %.1f; b=$(cut -d' ' -f14,15 /proc/$p/stat); s2=$(date +%%s%%N); echo $a $b $s1 $s2 $(getconf CLK_TCK)`, d.Seconds()))
+	var u1, s1, u2, s2, t1, t2, hz float64
+	if _, err := fmt.Sscan(x.Stdout, &u1, &s1, &u2, &s2, &t1, &t2, &hz); err != nil {
+		b.Fatalf("encoder CPU sample %q: %v", x.Stdout, err)
+	}
+	return 100 * ((u2 + s2) - (u1 + s1)) / hz / ((t2 - t1) / 1e9)
+}
+
+// ordinaryScreen keeps an xterm busy printing text, a changing screen of
+// the ordinary kind, until the returned stop is called.
+func ordinaryScreen(b *testing.B, lb *liveBench) func() {
+	b.Helper()
+	x := lb.s.exec(lb.agent, `nohup xterm -geometry 100x40+40+40 -e sh -c 'while true; do date; ls -l /usr/bin | head -30; sleep 0.2; done' >/dev/null 2>&1 & echo $!`)
+	pid := strings.TrimSpace(x.Stdout)
+	time.Sleep(time.Second)
+	return func() { lb.s.exec(lb.agent, "kill "+pid+" 2>/dev/null; true") }
+}
+
+// BenchmarkLiveViewEncoderCPU measures the encoder's CPU at 1280x720 and
+// 15 fps on an ordinary screen (an xterm printing text) while a page
+// watches, and the bitrate the page receives. The baseline is the VP8
+// encoder (the fallback) measured the same way in the same run. Target:
+// H264 at most 20% of one core.
+func BenchmarkLiveViewEncoderCPU(b *testing.B) {
+	lb := newLiveBench(b)
+	stop := ordinaryScreen(b, lb)
+	defer stop()
+	measure := func(codec string) (cpu, kbps float64) {
+		bctx, g := lb.open(b, codec)
+		time.Sleep(2 * time.Second)
+		v1, _ := chromedp.Run(bctx, chromedp.Evaluate[map[string]any](`window.berthView`))
+		t1 := time.Now()
+		cpu = encoderCPU(b, lb, 5*time.Second)
+		v2, _ := chromedp.Run(bctx, chromedp.Evaluate[map[string]any](`window.berthView`))
+		bytes1, _ := v1["bytesReceived"].(float64)
+		bytes2, _ := v2["bytesReceived"].(float64)
+		kbps = (bytes2 - bytes1) * 8 / 1000 / time.Since(t1).Seconds()
+		chromedp.Do(bctx, chromedp.Navigate("about:blank"))
+		http.Post(lb.s.url+"/view/"+g.Session+"/leave?token="+g.Token, "application/json", nil)
+		lb.waitNoEncoder(b)
+		return cpu, kbps
+	}
+	var h264, vp8, h264kbps, vp8kbps []float64
+	b.ResetTimer()
+	for range b.N {
+		c, k := measure("h264")
+		h264, h264kbps = append(h264, c), append(h264kbps, k)
+		c, k = measure("vp8")
+		vp8, vp8kbps = append(vp8, c), append(vp8kbps, k)
+	}
+	b.StopTimer()
+	b.ReportMetric(median(h264), "h264-cpu-%")
+	b.ReportMetric(median(vp8), "vp8-cpu-%")
+	b.ReportMetric(median(h264)/median(vp8), "h264/vp8")
+	b.ReportMetric(median(h264kbps), "h264-kbps")
+	b.ReportMetric(median(vp8kbps), "vp8-kbps")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkLiveViewFirstFrame measures the time from opening the viewer
+// page to its first decoded frame, with the encoder warm (the link was
+// just issued, which starts it) and cold (the encoder had stopped). The
+// cold case is the baseline. Target: at most 1.5 s for both.
+func BenchmarkLiveViewFirstFrame(b *testing.B) {
+	lb := newLiveBench(b)
+	first := func(cold bool) float64 {
+		var g liveview.Grant
+		lb.s.must("POST", "/v1/agents/"+lb.agent+"/computer/view", nil, 201, &g)
+		if cold {
+			lb.waitNoEncoder(b)
+		} else {
+			time.Sleep(300 * time.Millisecond) // the page opens a moment after the link
+		}
+		bctx := browser(b, lb.ctx)
+		if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
+			b.Fatal(err)
+		}
+		v := waitView(b, bctx, 30*time.Second, func(v viewState) bool { return v.FirstFrameMs > 0 })
+		chromedp.Do(bctx, chromedp.Navigate("about:blank"))
+		http.Post(lb.s.url+"/view/"+g.Session+"/leave?token="+g.Token, "application/json", nil)
+		lb.waitNoEncoder(b)
+		return v.FirstFrameMs
+	}
+	first(false) // the browser's own first start is not the page's cost
+	var warm, cold []float64
+	b.ResetTimer()
+	for range b.N {
+		warm = append(warm, first(false))
+		cold = append(cold, first(true))
+	}
+	b.StopTimer()
+	b.ReportMetric(median(warm), "warm-ms")
+	b.ReportMetric(median(cold), "cold-ms")
+	b.ReportMetric(median(warm)/median(cold), "warm/cold")
+	b.ReportMetric(0, "ns/op")
 }

@@ -62,7 +62,7 @@ func (d *Desktop) ffmpegArgs(codec string) []string {
 func (d *Desktop) startEncoder(codec string) (*encoder, error) {
 	cmd := exec.Command(d.cfg.FFmpeg, d.ffmpegArgs(codec)...)
 	cmd.Env = append(cmd.Environ(), "DISPLAY="+d.cfg.Display)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -131,8 +131,21 @@ func (e *encoder) run(fr frameReader) error {
 // and before any newer frame.
 func (e *encoder) join(v *viewer) {
 	e.mu.Lock()
-	gop := append([]frame(nil), e.gop...)
 	e.sinks[v] = struct{}{}
+	e.mu.Unlock()
+	e.replay(v)
+}
+
+// replay sends v the frames since the last keyframe, so that it can
+// decode at once: when it joins, and when it reports a lost picture (its
+// first packets may have arrived before its path was ready).
+func (e *encoder) replay(v *viewer) {
+	e.mu.Lock()
+	if _, ok := e.sinks[v]; !ok {
+		e.mu.Unlock()
+		return
+	}
+	gop := append([]frame(nil), e.gop...)
 	v.writeMu.Lock()
 	e.mu.Unlock()
 	defer v.writeMu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
 
@@ -211,10 +212,22 @@ func (d *Desktop) answer(ctx context.Context, req OfferRequest, codec string, se
 		return fail(http.StatusBadRequest, fmt.Errorf("sdp: %w", err))
 	}
 	go func() { // RTCP must be read for NACKs and reports to work
-		buf := make([]byte, 1500)
+		var last time.Time
 		for {
-			if _, _, err := sender.Read(buf); err != nil {
+			pkts, _, err := sender.ReadRTCP()
+			if err != nil {
 				return
+			}
+			for _, p := range pkts {
+				switch p.(type) {
+				case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
+					// The viewer cannot decode: send it the last keyframe
+					// and what followed, at most twice a second.
+					if time.Since(last) > 500*time.Millisecond {
+						last = time.Now()
+						go enc.replay(v)
+					}
+				}
 			}
 		}
 	}()
