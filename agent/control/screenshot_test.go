@@ -1,0 +1,100 @@
+package control_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers/docker"
+)
+
+const desktopImage = "berth/desktop:latest"
+
+// TestControlScreenshot takes a desktop computer's screen through the
+// control socket: the agent asks the computer's computerd, with the token
+// it saw pass on the supervisor's first call.
+func TestControlScreenshot(t *testing.T) {
+	if err := exec.Command("docker", "image", "inspect", desktopImage).Run(); err != nil {
+		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("Docker or %s unavailable: %v (run `make images`)", desktopImage, err)
+		}
+		t.Skipf("Docker or %s unavailable (%v); start the engine and run `make images`", desktopImage, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	led, err := ledger.OpenFile(ctx, filepath.Join(dir, ledger.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	eng, err := lender.NewDockerEngine(docker.DefaultSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	l, err := lender.New(lender.Config{AgentID: "cp_screen", DataDir: dir, Ledger: led, Engine: eng, Logger: log,
+		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
+			return docker.New(docker.Options{DesktopImage: desktopImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sock := filepath.Join(dir, control.SocketName)
+	ln, err := control.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- control.Serve(sctx, ln, l, log) }()
+	defer func() { stop(); <-done }()
+	c := control.NewClient(sock)
+	defer c.Close()
+
+	id := strings.ReplaceAll("scr"+time.Now().Format("150405.000000"), ".", "")
+	tok := "token-" + id
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		d, _ := docker.New(docker.Options{})
+		d.Destroy(cctx, docker.ContainerPrefix+id)
+		d.Close()
+	})
+	if _, err := l.Create(ctx, lender.CreateRequest{ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep",
+		Agent: "agent-9", Workspace: "lab", Image: "desktop", TokenHash: token.Hash(tok), LeaseSeconds: 600}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(l.Handler())
+	defer srv.Close()
+	cd := computerd.NewClient(srv.URL+lender.EndpointPath(id), tok)
+	var png []byte
+	for {
+		if _, err := cd.Processes(ctx); err == nil {
+			if png, err = c.Screenshot(ctx, id); err == nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no screenshot: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 100 {
+		t.Fatalf("screenshot is not a PNG: %d bytes %q", len(png), png[:min(len(png), 16)])
+	}
+}
