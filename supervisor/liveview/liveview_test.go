@@ -1,0 +1,322 @@
+package liveview_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/liveview"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const turnSecret = "liveview-test-turn-secret"
+
+// sessions is the part of the store live view reads: sessions by agent
+// and by id.
+type sessions struct {
+	store.Store
+	mu   sync.Mutex
+	byID map[string]store.Session
+}
+
+func (s *sessions) LiveSession(_ context.Context, agent string) (store.Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.byID {
+		if x.AgentID == agent {
+			return x, nil
+		}
+	}
+	return store.Session{}, store.ErrNotFound
+}
+
+func (s *sessions) GetSession(_ context.Context, id string) (store.Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, ok := s.byID[id]
+	if !ok {
+		return x, store.ErrNotFound
+	}
+	return x, nil
+}
+
+// computer stands for a desktop computer's computerd: it checks the
+// computer's token and records the offers and warm requests it gets.
+type computer struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	offers []desktop.OfferRequest
+	warms  int
+}
+
+func newComputer(t *testing.T, tok string) *computer {
+	c := &computer{}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+tok {
+			w.WriteHeader(401)
+			io.WriteString(w, `{"error":{"code":"unauthorized","message":"wrong token"}}`)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		switch r.URL.Path {
+		case desktop.PathWarm:
+			c.warms++
+			io.WriteString(w, `{}`)
+		case desktop.PathOffer:
+			var req desktop.OfferRequest
+			json.NewDecoder(r.Body).Decode(&req)
+			c.offers = append(c.offers, req)
+			json.NewEncoder(w).Encode(desktop.OfferAnswer{SDP: "v=0 answer", Codec: "h264", Viewer: req.Viewer})
+		default:
+			w.WriteHeader(404)
+		}
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+type fixture struct {
+	m     *liveview.Manager
+	srv   *httptest.Server
+	clk   *clock.Fake
+	st    *sessions
+	comp  *computer
+	toks  *token.Deriver
+	start time.Time
+}
+
+func newFixture(t *testing.T, users int) *fixture {
+	t.Helper()
+	toks, err := token.NewDeriver([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	f := &fixture{clk: clock.NewFake(now), toks: toks, start: now, st: &sessions{byID: map[string]store.Session{}}}
+	f.comp = newComputer(t, toks.Derive(token.Computer, "c1"))
+	f.st.byID["s1"] = store.Session{ID: "s1", AgentID: "a1", ComputerID: "c1", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
+	f.st.byID["s2"] = store.Session{ID: "s2", AgentID: "a2", ComputerID: "c2", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
+	f.st.byID["s3"] = store.Session{ID: "s3", AgentID: "a3", ComputerID: "c3", State: store.StateRunning, Image: providers.ImageHeadless, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
+	f.m, err = liveview.New(liveview.Config{
+		Store: f.st, Tokens: toks, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
+		DesktopUsers: users, TokenTTL: time.Minute, Clock: f.clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(f.m.Handler())
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) issue(t *testing.T, agent string) liveview.Grant {
+	t.Helper()
+	g, err := f.m.Issue(context.Background(), agent, f.srv.URL)
+	if err != nil {
+		t.Fatalf("issue for %s: %v", agent, err)
+	}
+	return g
+}
+
+// post calls a signalling endpoint and returns the status and body.
+func (f *fixture) post(t *testing.T, session, what, tok, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(f.srv.URL+"/view/"+session+"/"+what+"?token="+url.QueryEscape(tok), "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (f *fixture) page(t *testing.T, session, tok string) int {
+	t.Helper()
+	resp, err := http.Get(f.srv.URL + "/view/" + session + "?token=" + url.QueryEscape(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestGrantAndPage(t *testing.T) {
+	f := newFixture(t, 2)
+	g := f.issue(t, "a1")
+	if g.Session != "s1" || !strings.HasPrefix(g.URL, f.srv.URL+"/view/s1?token=") || g.Viewers != 1 || g.DesktopUsers != 2 {
+		t.Fatalf("grant %+v", g)
+	}
+	if st := f.page(t, "s1", g.Token); st != 200 {
+		t.Fatalf("page: %d", st)
+	}
+	// The encoder is warmed when the link is issued.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.comp.mu.Lock()
+		n := f.comp.warms
+		f.comp.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm requests: %d, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTokenOfAnotherSession: a token works only on its own session.
+func TestTokenOfAnotherSession(t *testing.T) {
+	f := newFixture(t, 2)
+	g2 := f.issue(t, "a2")
+	if st := f.page(t, "s1", g2.Token); st != 403 {
+		t.Errorf("page of s1 with a token of s2: %d, want 403", st)
+	}
+	for _, what := range []string{"config", "offer", "renew", "leave"} {
+		if st, body := f.post(t, "s1", what, g2.Token, `{"sdp":"v=0"}`); st != 403 || !strings.Contains(body, "another session") {
+			t.Errorf("%s on s1 with a token of s2: %d %s, want 403", what, st, body)
+		}
+	}
+	f.comp.mu.Lock()
+	defer f.comp.mu.Unlock()
+	if len(f.comp.offers) != 0 {
+		t.Errorf("an offer reached the computer with another session's token")
+	}
+}
+
+func TestTokenRefusals(t *testing.T) {
+	f := newFixture(t, 2)
+	g := f.issue(t, "a1")
+	forged := g.Token[:len(g.Token)-4] + "AAAA"
+	for name, tok := range map[string]string{"empty": "", "forged": forged, "garbage": "v1.a.b.c.d"} {
+		if st := f.page(t, "s1", tok); st != 403 {
+			t.Errorf("%s token: %d, want 403", name, st)
+		}
+	}
+	// Renewed before it expires, the seat lives on with the new token.
+	f.clk.Advance(40 * time.Second)
+	st, body := f.post(t, "s1", "renew", g.Token, "")
+	if st != 200 {
+		t.Fatalf("renew: %d %s", st, body)
+	}
+	var r struct{ Token string }
+	json.Unmarshal([]byte(body), &r)
+	f.clk.Advance(40 * time.Second) // the first token has expired
+	if st := f.page(t, "s1", g.Token); st != 403 {
+		t.Errorf("expired token: %d, want 403", st)
+	}
+	if st := f.page(t, "s1", r.Token); st != 200 {
+		t.Errorf("renewed token: %d, want 200", st)
+	}
+	// After leaving, the token is refused.
+	if st, _ := f.post(t, "s1", "leave", r.Token, ""); st != 204 {
+		t.Errorf("leave: %d", st)
+	}
+	if st := f.page(t, "s1", r.Token); st != 403 {
+		t.Errorf("token after leave: %d, want 403", st)
+	}
+}
+
+// TestDesktopBusy: DESKTOP_USERS viewers at once; a seat frees when its
+// viewer leaves or its token runs out.
+func TestDesktopBusy(t *testing.T) {
+	f := newFixture(t, 1)
+	g := f.issue(t, "a1")
+	_, err := f.m.Issue(context.Background(), "a1", f.srv.URL)
+	e := supervisor.AsError(err)
+	if e.Status != 409 || e.Code != liveview.CodeDesktopBusy || !strings.Contains(e.Message, "DESKTOP_USERS is 1") {
+		t.Fatalf("second viewer: %+v, want 409 desktop_busy naming the limit", e)
+	}
+	// Another computer's desktop is not affected.
+	f.issue(t, "a2")
+	f.post(t, "s1", "leave", g.Token, "")
+	g = f.issue(t, "a1")
+	f.clk.Advance(61 * time.Second)
+	f.issue(t, "a1")
+}
+
+func TestNotViewable(t *testing.T) {
+	f := newFixture(t, 2)
+	for agent, code := range map[string]string{"a3": liveview.CodeNotDesktop, "nobody": supervisor.CodeNoSession} {
+		_, err := f.m.Issue(context.Background(), agent, f.srv.URL)
+		if e := supervisor.AsError(err); e.Status != 409 || e.Code != code {
+			t.Errorf("%s: %+v, want 409 %s", agent, e, code)
+		}
+	}
+}
+
+// TestOffer: the viewer gets relay-only TURN credentials of its own; its
+// offer reaches the computer with the computer's token and credentials of
+// the computer's own, both valid for TURN_SECRET and at most 10 minutes.
+func TestOffer(t *testing.T) {
+	f := newFixture(t, 2)
+	g := f.issue(t, "a1")
+	st, body := f.post(t, "s1", "config", g.Token, "")
+	if st != 200 {
+		t.Fatalf("config: %d %s", st, body)
+	}
+	var cfg liveview.ICEConfig
+	json.Unmarshal([]byte(body), &cfg)
+	if cfg.ICETransportPolicy != "relay" || len(cfg.ICEServers) != 1 || cfg.ICEServers[0].URLs[0] != "turn:192.0.2.1:3478?transport=udp" {
+		t.Fatalf("config %+v", cfg)
+	}
+	checkTURN(t, f, cfg.ICEServers[0].Username, cfg.ICEServers[0].Credential, "v."+g.Viewer)
+
+	for _, bad := range []string{`{}`, `{"sdp":"v=0","codec":"av1"}`, `{"sdp":1}`, `{"sdp":"v=0","extra":1}`} {
+		if st, body := f.post(t, "s1", "offer", g.Token, bad); st != 400 {
+			t.Errorf("offer %s: %d %s, want 400", bad, st, body)
+		}
+	}
+	st, body = f.post(t, "s1", "offer", g.Token, `{"sdp":"v=0 offer"}`)
+	if st != 200 || !strings.Contains(body, "v=0 answer") {
+		t.Fatalf("offer: %d %s", st, body)
+	}
+	f.comp.mu.Lock()
+	defer f.comp.mu.Unlock()
+	if len(f.comp.offers) != 1 {
+		t.Fatalf("offers at the computer: %d", len(f.comp.offers))
+	}
+	o := f.comp.offers[0]
+	if o.SDP != "v=0 offer" || o.Viewer != g.Viewer || len(o.ICEServers) != 1 || len(o.ICEServers[0].URLs) != 0 {
+		t.Fatalf("forwarded offer %+v", o)
+	}
+	checkTURN(t, f, o.ICEServers[0].Username, o.ICEServers[0].Credential, "c.c1."+g.Viewer)
+}
+
+func checkTURN(t *testing.T, f *fixture, user, pass, id string) {
+	t.Helper()
+	exp, got, ok := strings.Cut(user, ":")
+	if !ok || got != id {
+		t.Errorf("TURN username %q, want expiry:%s", user, id)
+	}
+	var sec int64
+	json.Unmarshal([]byte(exp), &sec)
+	if d := time.Unix(sec, 0).Sub(f.clk.Now()); d <= 0 || d > 10*time.Minute {
+		t.Errorf("TURN credential lives %v, want at most 10 min", d)
+	}
+	mac := hmac.New(sha1.New, []byte(turnSecret))
+	mac.Write([]byte(user))
+	if want := base64.StdEncoding.EncodeToString(mac.Sum(nil)); pass != want {
+		t.Errorf("TURN password is not base64 HMAC-SHA1 of the username")
+	}
+}
