@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"log/slog"
 	"net"
 	"net/url"
@@ -195,6 +197,21 @@ func TestWarmPoolNoLeaks(t *testing.T) {
 		pass, _ := proxy.User.Password()
 		if _, ok := s.d.Service.EgressAuth(proxy.User.Username(), pass); !ok || proxy.User.Username() != x.ComputerID {
 			t.Errorf("%s: HTTP_PROXY user %q is not its own computer %s with valid credentials", agent, proxy.User.Username(), x.ComputerID)
+		}
+	}
+	// The pool's figures on /metrics (operator token).
+	req, _ := http.NewRequest("GET", s.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	waiting := s.d.Service.PoolStats().Waiting
+	for _, want := range []string{"berth_pool_claimed_total 3\n", "berth_pool_creating ", fmt.Sprintf("berth_pool_waiting %d\n", waiting)} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
 	stop()
