@@ -1,0 +1,108 @@
+package railway
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func newTest(t testing.TB, f *fakeRailway, log *slog.Logger, image string) *Railway {
+	r, err := New(Options{APIURL: f.srv.URL + "/graphql/v2", HeadlessImage: image, DomainScheme: "http", PollInterval: 2 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func spec(c map[string]string) providers.Spec {
+	return providers.Spec{ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		TokenHash: strings.Repeat("ef", 32), Env: map[string]string{"TURN_PUBLIC_HOST": "turn.example"}, Lease: 5 * time.Minute, Credentials: c}
+}
+
+// TestServiceAndTokens checks the service Railway is asked for and both
+// token headers.
+func TestServiceAndTokens(t *testing.T) {
+	f := newFakeRailway(t)
+	r := newTest(t, f, nil, "")
+	for _, kind := range []string{"account", "project"} {
+		s := spec(f.creds(kind))
+		s.ComputerID = "c-" + kind
+		m, err := r.Create(t.Context(), s)
+		if err != nil {
+			t.Fatalf("%s token: %v", kind, err)
+		}
+		if kind == "project" && (f.headers.Get("Project-Access-Token") != f.Token || f.headers.Get("Authorization") != "") {
+			t.Errorf("project token headers: %v", f.headers)
+		}
+		if kind == "account" && f.headers.Get("Authorization") != "Bearer "+f.Token {
+			t.Errorf("account token headers: %v", f.headers)
+		}
+		in := f.lastCreate
+		src, _ := in["source"].(map[string]any)
+		vars, _ := in["variables"].(map[string]any)
+		if src["image"] != DefaultHeadlessImage || in["name"] != Name(s.ComputerID) || vars["BERTH_TOKEN_SHA256"] != strings.Repeat("ef", 32) || vars["TURN_PUBLIC_HOST"] != "turn.example" {
+			t.Errorf("serviceCreate input %v", in)
+		}
+		for k, v := range vars {
+			if v == f.Token {
+				t.Errorf("the token is in variable %s", k)
+			}
+		}
+		ctx := providers.WithCredentials(t.Context(), f.creds(kind))
+		ms, err := r.List(ctx)
+		if err != nil || len(ms) != 1 || ms[0].ID != m.ID || ms[0].Endpoint != m.Endpoint || ms[0].Labels[providers.LabelAttempt] != "a_1" {
+			t.Errorf("List = %+v, %v", ms, err)
+		}
+		if err := r.Destroy(ctx, m.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Destroy(ctx, m.ID); err != nil {
+			t.Errorf("destroy of a gone service: %v", err)
+		}
+	}
+}
+
+// TestErrors maps Railway's answers.
+func TestErrors(t *testing.T) {
+	f := newFakeRailway(t)
+	r := newTest(t, f, nil, "")
+	bad := f.creds("team")
+	bad[CredToken] = "wrong-token-value"
+	if _, err := r.Create(t.Context(), spec(bad)); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-token-value") {
+		t.Errorf("bad token: %v", err)
+	}
+	f.rateLimit = 1
+	if _, err := r.Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrCapacity) {
+		t.Errorf("429: %v", err)
+	}
+	if _, err := newTest(t, f, nil, "missing:1").Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrUnavailable) {
+		t.Errorf("failed deployment: %v", err)
+	}
+	for _, c := range []map[string]string{{CredToken: "t"}, {CredToken: "t", CredProjectID: "p", CredEnvironmentID: "e", CredTokenKind: "root"}, {"apiKey": "x"}} {
+		if err := r.CheckCredentials(c); err == nil {
+			t.Errorf("CheckCredentials(%v) passed", c)
+		}
+	}
+}
+
+// TestConformance runs the providers' conformance suite against the fake.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		ID: ID,
+		New: func(pt providertest.T, log *slog.Logger) providertest.Target {
+			f := newFakeRailway(pt.(*testing.T))
+			return providertest.Target{Provider: newTest(pt.(*testing.T), f, log, ""), Credentials: f.creds("project"), Faults: f, Exists: f.exists}
+		},
+	})
+}
