@@ -365,6 +365,24 @@ func TestDevLendingByHand(t *testing.T) {
 	dev.waitLine(t, regexp.MustCompile(`relay for lent machines: (ws://\S+)`))
 	devAgent := dev.waitLine(t, regexp.MustCompile(`lending this machine as (cp_\S+)`))
 
+	// Out of the box: berth dev lends its own machine, and a local
+	// connection that names no lender uses it, the only one.
+	s := &super{t: t, url: url, token: token}
+	s.must("POST", "/v1/agents", map[string]any{"id": "own", "name": "own"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "own", "provider": "local"}, 201, nil)
+	var own session
+	s.must("POST", "/v1/agents/own/computer/start", nil, 200, &own)
+	ownContainer := "berth-c-" + strings.TrimPrefix(own.ID, "s_")
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", ownContainer).Run() })
+	if x := s.exec("own", "echo out of the box"); x.Stdout != "out of the box\n" {
+		t.Fatalf("exec on berth dev's own agent: %+v", x)
+	}
+	lbl, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.berth.deployment"}}`, ownContainer).Output()
+	if got := strings.TrimSpace(string(lbl)); got != lender.Deployment(devAgent) {
+		t.Fatalf("berth dev's own computer has deployment label %q, want %q", got, lender.Deployment(devAgent))
+	}
+	s.must("POST", "/v1/agents/own/computer/stop", nil, 200, nil)
+
 	var code struct{ Code string }
 	if st, err := callAPI(url, token, "POST", "/v1/companions/pair-codes", "", map[string]any{"name": "second terminal"}, &code); err != nil || st != 201 {
 		t.Fatalf("pair code: %d %v", st, err)
@@ -387,12 +405,18 @@ func TestDevLendingByHand(t *testing.T) {
 	run := startProc(t, ctx, env, "agent", "run", "--data", filepath.Join(dir, "lender"))
 	run.waitLine(t, regexp.MustCompile(`lending as (`+regexp.QuoteMeta(lenderID)+`)`))
 
-	s := &super{t: t, url: url, token: token}
 	s.must("POST", "/v1/agents", map[string]any{"id": "byhand", "name": "byhand"}, 201, nil)
 	// Two lenders are paired now (berth dev's own and the second
 	// terminal's): the connection names one.
 	s.must("POST", "/v1/computers", map[string]any{"agent": "byhand", "provider": "local",
 		"credentials": map[string]string{"lender": lenderID}}, 201, nil)
+	// With two lenders, a connection that names none is refused, saying why.
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if st := s.call("POST", "/v1/agents/own/computer/start", nil, &e); st != 422 || e.Error.Code != "lender_unnamed" {
+		t.Fatalf("start naming no lender among two: %d %+v", st, e)
+	}
 	var sess session
 	for ctx.Err() == nil {
 		st := s.call("POST", "/v1/agents/byhand/computer/start", nil, &sess)
@@ -412,7 +436,7 @@ func TestDevLendingByHand(t *testing.T) {
 		t.Fatalf("exec: %+v", x)
 	}
 	// The computer runs under the second agent, not berth dev's own.
-	lbl, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.berth.deployment"}}`, "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Output()
+	lbl, _ = exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.berth.deployment"}}`, "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Output()
 	if got := strings.TrimSpace(string(lbl)); got != lender.Deployment(lenderID) || got == lender.Deployment(devAgent) {
 		t.Fatalf("computer's deployment label %q, want %q", got, lender.Deployment(lenderID))
 	}

@@ -95,7 +95,11 @@ func newDevCmd() *cobra.Command {
 		Long: `dev runs the supervisor with the embedded SQLite store in --data and the
 docker provider on the local engine. It reads SUPERVISOR_TOKEN from the
 environment, or generates one, keeps it in --data and prints it. It builds
-the computer images when they are missing and this is a Berth checkout.`,
+the computer images when they are missing and this is a Berth checkout.
+It also runs a relay for lent machines (--relay-listen) and lends this
+machine through an agent of its own (--lend), so that the local provider
+works at once; other machines pair with berth agent pair and lend with
+berth agent run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, err := f.options(cmd)

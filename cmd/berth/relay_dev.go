@@ -113,7 +113,6 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 	}
 	dir := filepath.Join(l.data, "agent")
 	sock := filepath.Join(dir, control.SocketName)
-	fmt.Fprintf(out, "  lending this machine as %s (provider local); control socket %s\n", creds.AgentID, sock)
 	l.wg.Go(func() {
 		err := lender.RunAgent(ctx, lender.AgentOptions{
 			AgentID: creds.AgentID, Token: creds.Token, RelayURL: l.url, SupervisorURL: url,
@@ -123,7 +122,21 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 			fmt.Fprintf(l.cmd.ErrOrStderr(), "berth dev: lending agent stopped: %v\n", err)
 		}
 	})
+	// Say so once the agent's link is up, so that a local computer can
+	// start as soon as this is printed.
+	deadline := time.Now().Add(devAgentWait)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if p, ok := l.srv.Presence(creds.AgentID); ok && p.Online {
+			fmt.Fprintf(out, "  lending this machine as %s (provider local); control socket %s\n", creds.AgentID, sock)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Fprintf(l.cmd.ErrOrStderr(), "berth dev: this machine's lending agent %s has not reached the relay yet; see the log\n", creds.AgentID)
 }
+
+// devAgentWait bounds how long berth dev waits for its own agent's link.
+const devAgentWait = 30 * time.Second
 
 // devAgent returns the dev agent's credentials, pairing it the first time
 // (or when its token no longer works).
