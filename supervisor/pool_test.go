@@ -1,0 +1,224 @@
+package supervisor_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pooler is a provider whose computers are real computerd servers on
+// loopback, with a warm pool; brokenBind makes its pool computers refuse
+// every bind, as a computer whose daemon went wrong would.
+type pooler struct {
+	t          *testing.T
+	size       int
+	brokenBind bool
+
+	mu        sync.Mutex
+	servers   map[string]*httptest.Server
+	cold      int
+	destroyed []string
+}
+
+func (p *pooler) serve(id string, cfg server.Config, broken bool) providers.Machine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cfg.Home, cfg.ComputerID = p.t.TempDir(), id
+	var h http.Handler = server.New(cfg)
+	if broken {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v1/bind" {
+				http.Error(w, "broken", http.StatusInternalServerError)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	ts := httptest.NewServer(h)
+	p.servers["m-"+id] = ts
+	return providers.Machine{ID: "m-" + id, Endpoint: ts.URL}
+}
+
+func (p *pooler) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	p.mu.Lock()
+	p.cold++
+	p.mu.Unlock()
+	return p.serve(spec.ComputerID, server.Config{TokenHash: spec.TokenHash}, false), nil
+}
+
+func (p *pooler) CreatePooled(ctx context.Context, spec providers.Spec, bindHash string) (providers.Machine, error) {
+	return p.serve(spec.ComputerID, server.Config{BindHash: bindHash}, p.brokenBind), nil
+}
+
+func (p *pooler) Destroy(ctx context.Context, id string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ts, ok := p.servers[id]; ok {
+		ts.Close()
+		delete(p.servers, id)
+		p.destroyed = append(p.destroyed, id)
+	}
+	return nil
+}
+
+func (p *pooler) PoolSize() int                    { return p.size }
+func (p *pooler) MemInfo() (uint64, uint64, error) { return 50, 100, nil }
+
+func (p *pooler) colds() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cold
+}
+
+func (p *pooler) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ts := range p.servers {
+		ts.Close()
+	}
+}
+
+// poolEnv is a service on SQLite with p as its docker provider, its pool
+// running until the test ends.
+func poolEnv(t *testing.T, p *pooler) (*supervisor.Service, store.Store) {
+	t.Helper()
+	ctx := t.Context()
+	p.t, p.servers = t, map[string]*httptest.Server{}
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": p},
+		Box: box, Tokens: tokens, EgressAddr: "10.0.0.1:3128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		svc.RunPool(pctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+		svc.DrainPool(context.Background())
+		p.closeAll()
+		st.Close()
+	})
+	if _, err := svc.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: "a1", Name: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Connect(ctx, supervisor.ConnectRequest{Agent: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	return svc, st
+}
+
+func waitPool(t *testing.T, svc *supervisor.Service, waiting int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for svc.PoolStats().Waiting != waiting {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool: %+v, want %d waiting", svc.PoolStats(), waiting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPoolClaimAndBind: a start claims a waiting computer and binds it:
+// the session's token works, the computer's environment carries its own
+// egress credentials; the pool refills; a stop destroys the computer and
+// forgets its record.
+func TestPoolClaimAndBind(t *testing.T) {
+	p := &pooler{size: 2}
+	svc, st := poolEnv(t, p)
+	ctx := t.Context()
+	waitPool(t, svc, 2)
+	if _, err := svc.Start(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	x, err := st.LiveSession(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.PoolStats().Claimed; got != 1 || p.colds() != 0 || x.State != store.StateRunning {
+		t.Fatalf("start: %d claimed, %d cold, state %s", got, p.colds(), x.State)
+	}
+	r, err := svc.Exec(ctx, "a1", supervisor.ExecRequest{Command: `printf %s "$HTTP_PROXY"`})
+	if err != nil || !strings.HasPrefix(r.Stdout, "http://"+x.ComputerID+":") || !strings.HasSuffix(r.Stdout, "@10.0.0.1:3128") {
+		t.Fatalf("exec on the bound computer: %+v %v", r, err)
+	}
+	if m, err := st.GetPoolMember(ctx, x.ComputerID); err != nil || m.State != store.PoolClaimed || m.SessionID != x.ID {
+		t.Fatalf("pool record: %+v %v", m, err)
+	}
+	waitPool(t, svc, 2)
+	if _, err := svc.Stop(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetPoolMember(ctx, x.ComputerID); err == nil {
+		t.Error("the used computer's pool record outlived its session")
+	}
+	p.mu.Lock()
+	destroyed := strings.Join(p.destroyed, ",")
+	p.mu.Unlock()
+	if destroyed != x.MachineID {
+		t.Errorf("destroyed %q, want the session's computer %s", destroyed, x.MachineID)
+	}
+}
+
+// TestPoolBindFailure: a pool computer that refuses its bind is destroyed,
+// its session ends with no charge, and the start goes on cold.
+func TestPoolBindFailure(t *testing.T) {
+	p := &pooler{size: 1, brokenBind: true}
+	svc, st := poolEnv(t, p)
+	ctx := t.Context()
+	waitPool(t, svc, 1)
+	v, err := svc.Start(ctx, "a1")
+	if err != nil || v.State != store.StateRunning {
+		t.Fatalf("start: %+v %v", v, err)
+	}
+	if n := p.colds(); n != 1 {
+		t.Fatalf("%d cold creates, want 1 after the failed bind", n)
+	}
+	ended, err := st.SessionsByState(ctx, store.StateStopped)
+	if err != nil || len(ended) != 1 || ended[0].ChargedSeconds != 0 || !strings.Contains(ended[0].LastError, "bind") {
+		t.Fatalf("the failed bind's session: %+v %v", ended, err)
+	}
+	if _, err := svc.Exec(ctx, "a1", supervisor.ExecRequest{Command: "true"}); err != nil {
+		t.Errorf("exec on the cold computer: %v", err)
+	}
+	if _, err := svc.Stop(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+}
