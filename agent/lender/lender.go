@@ -487,10 +487,17 @@ func (l *Lender) Decide(id string, approve bool) (control.Approval, error) {
 	return a.info, nil
 }
 
+// removeRetry spaces the agent's own attempts to remove a computer whose
+// removal failed.
+const removeRetry = time.Minute
+
 // watch ends c at its expiry plus the grace, in case the supervisor does
 // not. It runs with l.mu held.
-func (l *Lender) watch(c *computer) {
-	wait := c.s.ExpiresAt.Add(l.cfg.ExpiryGrace).Sub(l.clk.Now())
+func (l *Lender) watch(c *computer) { l.watchAfter(c, 0) }
+
+// watchAfter is watch, waiting at least atLeast.
+func (l *Lender) watchAfter(c *computer, atLeast time.Duration) {
+	wait := max(c.s.ExpiresAt.Add(l.cfg.ExpiryGrace).Sub(l.clk.Now()), atLeast)
 	timer := l.clk.After(wait)
 	l.wg.Go(func() {
 		select {
@@ -525,10 +532,13 @@ func (l *Lender) end(ctx context.Context, computerID, reason string) error {
 		return err
 	}
 	if err := d.Destroy(ctx, machine); err != nil && !errors.Is(err, providers.ErrNotFound) {
-		if c != nil { // keep it, so that a retry finds it
+		if c != nil { // keep it, watched again, so that a retry finds it
 			l.mu.Lock()
-			c.stop = make(chan struct{})
-			l.running[computerID] = c
+			if !l.closed && l.running[computerID] == nil {
+				c.stop = make(chan struct{})
+				l.running[computerID] = c
+				l.watchAfter(c, removeRetry)
+			}
 			l.mu.Unlock()
 		}
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "remove computer %s: %v", computerID, err)
