@@ -43,8 +43,9 @@ func (l *Lender) Handler() http.Handler {
 
 func (l *Lender) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req CreateRequest
+	// Unknown fields are ignored, so that a newer supervisor can still
+	// start computers on an older agent.
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCreateBody))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, badRequest("body: %v", err))
 		return
