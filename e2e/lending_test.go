@@ -535,3 +535,61 @@ func (p *berthProc) stop(t *testing.T) {
 }
 
 var _ = fmt.Sprintf
+
+// TestRelayProcess runs the parts as separate processes, as in production:
+// berth supervisor (RELAY_URL, RELAY_TOKEN, RELAY_PUBLIC_URL), berth relay,
+// and a paired berth agent run; a local connection that names no lender
+// uses the only one, through the relay's internal API.
+func TestRelayProcess(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	token := "relay-process-token-0123456789"
+	supPort, agentsPort, internalPort := freePort(t), freePort(t), freePort(t)
+	supURL := "http://127.0.0.1:" + supPort
+	env := append(os.Environ(),
+		"SUPERVISOR_TOKEN="+token, "RELAY_TOKEN=relay-process-relay-token-0123", "COMPUTER_IMAGE_HEADLESS=berth/test:latest",
+		"EGRESS_LISTEN=off", "COMPUTER_NETWORK_POOL=0",
+		"RELAY_URL=http://127.0.0.1:"+internalPort, "RELAY_PUBLIC_URL=ws://127.0.0.1:"+agentsPort+"/v1/agents/connect",
+		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
+	sup := startProc(t, ctx, env, "supervisor", "--listen", "127.0.0.1:"+supPort, "--data", filepath.Join(dir, "sup"))
+	sup.waitLine(t, regexp.MustCompile(`berth supervisor: (listening) on`))
+	rel := startProc(t, ctx, env, "relay", "--listen", "127.0.0.1:"+agentsPort, "--internal-listen", "127.0.0.1:"+internalPort, "--supervisor", supURL)
+	rel.waitLine(t, regexp.MustCompile(`berth relay: agents connect to (ws://\S+)`))
+
+	var code struct{ Code string }
+	if st, err := callAPI(supURL, token, "POST", "/v1/companions/pair-codes", "", nil, &code); err != nil || st != 201 {
+		t.Fatalf("pair code: %d %v", st, err)
+	}
+	pair := exec.CommandContext(ctx, berthBin, "agent", "pair", code.Code, "--supervisor", supURL)
+	pair.Env = env
+	if out, err := pair.CombinedOutput(); err != nil {
+		t.Fatalf("pair: %v %s", err, out)
+	}
+	run := startProc(t, ctx, env, "agent", "run", "--data", filepath.Join(dir, "lender"))
+	run.waitLine(t, regexp.MustCompile(`lending as (cp_\S+) to`))
+
+	s := &super{t: t, url: supURL, token: token}
+	s.must("POST", "/v1/agents", map[string]any{"id": "rp", "name": "rp"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "rp", "provider": "local"}, 201, nil)
+	var sess session
+	for ctx.Err() == nil {
+		st := s.call("POST", "/v1/agents/rp/computer/start", nil, &sess)
+		if st == 200 {
+			break
+		}
+		if st != 503 { // 503 only until the agent's link is up
+			t.Fatalf("start: %d", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Run() })
+	if x := s.exec("rp", "echo three processes"); x.Stdout != "three processes\n" {
+		t.Fatalf("exec: %+v", x)
+	}
+	s.must("POST", "/v1/agents/rp/computer/stop", nil, 200, nil)
+	run.stop(t)
+	rel.stop(t)
+	sup.stop(t)
+}
