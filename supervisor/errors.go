@@ -22,6 +22,10 @@ const (
 	CodeInternal     = "internal"             // 500
 )
 
+// CodeBrowserSession answers exec and the file tools on a hosted browser
+// session, which has neither a shell nor files (422).
+const CodeBrowserSession = "not_available_on_browser_session"
+
 // Error is a failure with the status and code a client sees. Messages name
 // the field and the limit; they never carry secrets or internal addresses.
 type Error struct {

@@ -331,12 +331,33 @@ type SessionView struct {
 	ExpiresAt        time.Time `json:"expiresAt"`
 	RemainingSeconds int       `json:"remainingSeconds"`
 	Message          string    `json:"message,omitempty"`
+	// Browser is set for a hosted browser session (see BrowserSession).
+	Browser *BrowserView `json:"browser,omitempty"`
+}
+
+// BrowserView is what a hosted browser session offers in place of a shell
+// and files: its DevTools (CDP) URL and its live view.
+type BrowserView struct {
+	CDPURL      string `json:"cdpUrl"`
+	LiveViewURL string `json:"liveViewUrl,omitempty"`
+}
+
+// BrowserSession is a provider whose sessions are hosted browsers, not
+// computers: exec and the file tools are refused on them
+// (CodeBrowserSession), and the session view carries the browser's URLs.
+type BrowserSession interface {
+	BrowserURLs(m providers.Machine) (cdpURL, liveViewURL string)
 }
 
 func (s *Service) view(x store.Session) SessionView {
 	v := SessionView{ID: x.ID, State: x.State, Provider: x.Provider, Image: x.Image, StartedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt}
 	if store.Live(x.State) {
 		v.RemainingSeconds = max(int(x.ExpiresAt.Sub(s.clk.Now()).Seconds()), 0)
+		if b, ok := s.cfg.Providers[x.Provider].(BrowserSession); ok && x.State == store.StateRunning {
+			if cdp, live := b.BrowserURLs(machineOf(x)); cdp != "" {
+				v.Browser = &BrowserView{CDPURL: cdp, LiveViewURL: live}
+			}
+		}
 	}
 	switch x.State {
 	case store.StateUncertain:

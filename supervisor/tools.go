@@ -52,6 +52,10 @@ func (s *Service) running(ctx context.Context, agent string) (store.Session, err
 	if !s.clk.Now().Before(x.ExpiresAt) {
 		return x, errorf(http.StatusConflict, CodeNoSession, "session %s expired at %s; call computer_start for a new one", x.ID, x.ExpiresAt.Format(time.RFC3339))
 	}
+	if _, ok := s.cfg.Providers[x.Provider].(BrowserSession); ok {
+		return x, errorf(http.StatusUnprocessableEntity, CodeBrowserSession,
+			"not available on a browser session: the %s provider gives a hosted browser with no shell or files; drive it over the CDP URL in the session's browser.cdpUrl", x.Provider)
+	}
 	return x, nil
 }
 
