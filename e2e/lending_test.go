@@ -195,6 +195,14 @@ func TestLendingThroughRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOnline(t, ctx, rp, paired.AgentID)
+	var lenders []struct {
+		ID, Name, Version string
+		Online            bool
+	}
+	s.must("GET", "/v1/lenders", nil, 200, &lenders)
+	if len(lenders) != 1 || lenders[0].ID != paired.AgentID || lenders[0].Name != "e2e lender" || !lenders[0].Online || lenders[0].Version != "e2e" {
+		t.Fatalf("lenders: %+v", lenders)
+	}
 
 	// The five tools on a local computer.
 	s.must("POST", "/v1/agents", map[string]any{"id": "lend1", "name": "lend1", "workspace": "lab"}, 201, nil)

@@ -367,6 +367,11 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	return out, nil
 }
 
+// Lenders returns the presence of every lender's agent the relay has seen.
+func (l *Local) Lenders(ctx context.Context) ([]relayserver.Presence, error) {
+	return l.o.Relay.Agents(ctx)
+}
+
 // Transport sends the supervisor's computerd requests for m through the
 // relay to its lender.
 func (l *Local) Transport(m providers.Machine, _ map[string]string) http.RoundTripper {

@@ -295,6 +295,9 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if o.RelayToken != "" {
 		mux.HandleFunc("POST "+relayserver.AuthenticatePath, d.relayAuthenticate)
 	}
+	if lp, ok := d.Providers[local.ID].(*local.Local); ok {
+		mux.Handle("GET /v1/lenders", h.Protect(d.lenders(lp)))
+	}
 	if err := d.mountLiveView(mux, h, tokens); err != nil {
 		return fail(err)
 	}
@@ -361,6 +364,41 @@ func interfaceIPv4(name string) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+}
+
+// Lender is a lender's machine as GET /v1/lenders shows it: its companion
+// agent and its presence on the relay.
+type Lender struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name,omitempty"`
+	Online      bool      `json:"online"`
+	ConnectedAt time.Time `json:"connectedAt,omitzero"`
+	LastSeen    time.Time `json:"lastSeen,omitzero"`
+	Version     string    `json:"version,omitempty"`
+}
+
+// lenders answers GET /v1/lenders: every lender the relay has seen, with
+// its presence, so that an operator can name one in a local connection.
+func (d *Daemon) lenders(lp *local.Local) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		ps, err := lp.Lenders(r.Context())
+		if err != nil {
+			d.log.Warn("list lenders", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeUnavailable, Message: "the relay cannot be reached"}})
+			return
+		}
+		out := make([]Lender, 0, len(ps))
+		for _, p := range ps {
+			l := Lender{ID: p.AgentID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
+			if c, err := d.Store.GetCompanion(r.Context(), p.AgentID); err == nil {
+				l.Name = c.Name
+			}
+			out = append(out, l)
+		}
+		json.NewEncoder(w).Encode(out)
+	})
 }
 
 // relayAuthenticate answers a relay's check of an agent token, guarded by
