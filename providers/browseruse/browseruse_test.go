@@ -1,0 +1,230 @@
+package browseruse
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/providertest"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var _ supervisor.BrowserSession = (*BrowserUse)(nil)
+
+const operator = "browseruse-test-operator"
+
+// stack is a supervisor behind its REST API with this provider.
+type stack struct {
+	t    *testing.T
+	fake *fakeBrowserUse
+	p    *BrowserUse
+	srv  *httptest.Server
+	logs *bytes.Buffer
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	f := newFakeBrowserUse(t)
+	logs := &bytes.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	p, err := New(Options{APIURL: f.srv.URL + "/api/v3", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := sqlstore.OpenSQLite(t.Context(), filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
+	box, _ := secrets.NewBox(key)
+	tokens, _ := token.NewDeriver([]byte(strings.Repeat("k", 32)))
+	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{ID: p}, DefaultProvider: ID,
+		Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{t: t, fake: f, p: p, srv: httptest.NewServer(api.New(svc, operator, log)), logs: logs}
+	t.Cleanup(func() { s.srv.Close(); st.Close() })
+	return s
+}
+
+func (s *stack) call(method, path string, body any) (int, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	req, _ := http.NewRequestWithContext(s.t.Context(), method, s.srv.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+operator)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// TestBrowserSession starts a session through the supervisor, drives the
+// browser behind its CDP URL with chromedp to a page on loopback, checks
+// that exec and the file tools are refused, and stops it.
+func TestBrowserSession(t *testing.T) {
+	s := newStack(t)
+	s.call("POST", "/v1/agents", map[string]any{"id": "bb", "name": "bb"})
+	if code, raw := s.call("POST", "/v1/computers", map[string]any{"agent": "bb", "provider": ID, "leaseSeconds": 300,
+		"credentials": map[string]string{CredAPIKey: s.fake.Key}}); code != 201 {
+		t.Fatalf("connect: %d %s", code, raw)
+	}
+	code, raw := s.call("POST", "/v1/agents/bb/computer/start", nil)
+	if code != 200 {
+		t.Fatalf("start: %d %s", code, raw)
+	}
+	var v supervisor.SessionView
+	json.Unmarshal(raw, &v)
+	if v.State != "running" || v.Browser == nil || !strings.HasPrefix(v.Browser.CDPURL, "http://127.0.0.1:") || v.Browser.LiveViewURL == "" {
+		t.Fatalf("start answered %s, want a running session with the browser's URLs", raw)
+	}
+	if body := s.fake.lastCreate; body["timeout"] != float64(5) {
+		t.Errorf("create body %v: want the lease (300 s) as a 5-minute timeout", body)
+	}
+
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html><head><title>berth-loopback-page</title></head><body><p id="x">hello from loopback</p></body></html>`)
+	}))
+	defer page.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	actx, acancel := remote.NewAllocator(ctx, v.Browser.CDPURL)
+	defer acancel()
+	cctx, ccancel := chromedp.NewContext(actx)
+	if _, err := chromedp.Run(cctx, chromedp.Navigate(page.URL)); err != nil {
+		t.Fatalf("drive the browser over its CDP URL: %v", err)
+	}
+	title, err := chromedp.Run(cctx, chromedp.Title())
+	if err != nil {
+		t.Fatalf("title: %v", err)
+	}
+	text, err := chromedp.Run(cctx, chromedp.Text("#x"))
+	if err != nil {
+		t.Fatalf("text: %v", err)
+	}
+	ccancel()
+	if title != "berth-loopback-page" || text != "hello from loopback" {
+		t.Errorf("page: title %q text %q", title, text)
+	}
+
+	for _, c := range []struct {
+		path string
+		body any
+	}{
+		{"/v1/agents/bb/computer/exec", map[string]any{"command": "true"}},
+		{"/v1/agents/bb/computer/read_file", map[string]any{"path": "a"}},
+		{"/v1/agents/bb/computer/write_file", map[string]any{"path": "a", "content": "x"}},
+	} {
+		code, raw := s.call("POST", c.path, c.body)
+		if code != 422 || !strings.Contains(string(raw), supervisor.CodeBrowserSession) || !strings.Contains(string(raw), "not available on a browser session") {
+			t.Errorf("%s: %d %s, want 422 %s", c.path, code, raw, supervisor.CodeBrowserSession)
+		}
+	}
+	if code, raw := s.call("POST", "/v1/agents/bb/computer/stop", nil); code != 200 {
+		t.Fatalf("stop: %d %s", code, raw)
+	}
+	if n := s.fake.active(); n != 0 {
+		t.Errorf("%d browsers still run after stop", n)
+	}
+	if strings.Contains(s.logs.String(), s.fake.Key) {
+		t.Errorf("the API key is in the logs")
+	}
+}
+
+// TestLostCreateReply loses the create's reply: Browser Use cannot tag a
+// browser, so the session is uncertain, no second browser starts, and a
+// person's confirmation closes it.
+func TestLostCreateReply(t *testing.T) {
+	s := newStack(t)
+	s.call("POST", "/v1/agents", map[string]any{"id": "lost", "name": "lost"})
+	s.call("POST", "/v1/computers", map[string]any{"agent": "lost", "provider": ID, "credentials": map[string]string{CredAPIKey: s.fake.Key}})
+	s.fake.LoseNextCreateReply()
+	code, raw := s.call("POST", "/v1/agents/lost/computer/start", nil)
+	if code != 502 || !strings.Contains(string(raw), supervisor.CodeUncertain) {
+		t.Fatalf("start with a lost reply: %d %s, want 502 %s", code, raw, supervisor.CodeUncertain)
+	}
+	if code, raw := s.call("POST", "/v1/agents/lost/computer/start", nil); code != 409 {
+		t.Errorf("start while uncertain: %d %s, want 409", code, raw)
+	}
+	if n := len(s.fake.browsers); n != 1 {
+		t.Errorf("%d browsers at Browser Use, want 1", n)
+	}
+	if code, raw := s.call("POST", "/v1/agents/lost/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}); code != 200 {
+		t.Errorf("confirm-cleanup: %d %s", code, raw)
+	}
+}
+
+// TestErrors maps Browser Use's answers.
+func TestErrors(t *testing.T) {
+	f := newFakeBrowserUse(t)
+	p, _ := New(Options{APIURL: f.srv.URL + "/api/v3"})
+	spec := providers.Spec{ComputerID: "c", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: "bu_wrong_key_123"}}
+	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "bu_wrong_key_123") {
+		t.Errorf("bad key: %v", err)
+	}
+	f.rateLimit = 1
+	spec.Credentials[CredAPIKey] = f.Key
+	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrCapacity) {
+		t.Errorf("429: %v", err)
+	}
+	ctx := providers.WithCredentials(t.Context(), spec.Credentials)
+	if err := p.Destroy(ctx, "gone"); err != nil {
+		t.Errorf("release of an unknown session: %v", err)
+	}
+	if err := p.CheckCredentials(map[string]string{CredAPIKey: "k", "token": "x"}); err == nil {
+		t.Errorf("CheckCredentials took a foreign key")
+	}
+}
+
+// TestConformance runs the suite's scenarios that need no shell: a
+// failing stop retried until done, and refused credentials.
+func TestConformance(t *testing.T) {
+	h := providertest.Harness{
+		ID: ID,
+		New: func(pt providertest.T, log *slog.Logger) providertest.Target {
+			f := newFakeBrowserUse(pt.(*testing.T))
+			p, err := New(Options{APIURL: f.srv.URL + "/api/v3", Logger: log})
+			if err != nil {
+				pt.Fatalf("%v", err)
+			}
+			return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
+		},
+	}
+	for _, sc := range providertest.Scenarios() {
+		if sc.Name == "FailingDelete" || sc.Name == "BadCredentials" {
+			t.Run(sc.Name, func(t *testing.T) { sc.Run(t, h) })
+		}
+	}
+}

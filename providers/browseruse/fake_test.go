@@ -1,0 +1,271 @@
+package browseruse
+
+// fakeBrowserUse is a local Browser Use cloud API for the provider's
+// tests, following Browser Use's API reference
+// (https://docs.browser-use.com/cloud/browser/quickstart and the v3
+// browsers endpoints, https://docs.browser-use.com/cloud/api-v3/browsers/update-browser-session):
+// POST /browsers {timeout (minutes), proxyCountryCode, profileId} answers
+// {id, status: active, cdpUrl, liveUrl, timeoutAt}; cdpUrl is an HTTP
+// DevTools discovery endpoint (its /json/version names the WebSocket);
+// GET /browsers/{id}; PATCH /browsers/{id} {action: stop}. The key goes in
+// X-Browser-Use-API-Key; errors are {"detail": ...}.
+//
+// Each browser is a real headless Chromium (/usr/bin/chromium, an empty
+// profile, DevTools on a loopback port of its own) behind its cdpUrl; it
+// is killed with its process group when stopped or when the test ends.
+// Bad days: 401 while keys are refused, 429 on the next create, a create
+// whose reply is lost after the browser started, stops that fail with 500.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// chromiumPath is the browser the fakes run; tests skip without it only
+// when BERTH_REQUIRE_CHROMIUM is unset.
+const chromiumPath = "/usr/bin/chromium"
+
+type chromium struct {
+	cmd  *exec.Cmd
+	ws   string // ws://127.0.0.1:PORT/devtools/browser/ID
+	http string // http://127.0.0.1:PORT
+	dir  string
+}
+
+// startChromium runs a headless Chromium with an empty profile and
+// returns once its DevTools endpoint listens.
+func startChromium(ctx context.Context) (*chromium, error) {
+	dir, err := os.MkdirTemp("", "berth-chromium-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(chromiumPath, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+		"--disable-crash-reporter", "--disable-breakpad",
+		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank")
+	// Its own process group, so that stop ends the helpers it forks too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &chromium{cmd: cmd, dir: dir}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok && !sent {
+				found <- strings.TrimSpace(rest)
+				sent = true
+			}
+		}
+		close(found)
+	}()
+	select {
+	case ws, ok := <-found:
+		if !ok {
+			c.stop()
+			return nil, errors.New("chromium exited before DevTools listened")
+		}
+		c.ws = ws
+		host := strings.TrimPrefix(ws, "ws://")
+		host, _, _ = strings.Cut(host, "/")
+		c.http = "http://" + host
+		return c, nil
+	case <-time.After(60 * time.Second):
+		c.stop()
+		return nil, errors.New("chromium's DevTools did not listen within 60 s")
+	case <-ctx.Done():
+		c.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// stop kills the browser and the helpers it forked (its process group,
+// numbered by its PID) and removes its profile.
+func (c *chromium) stop() {
+	if p := c.cmd.Process; p != nil {
+		syscall.Kill(-p.Pid, syscall.SIGKILL)
+		c.cmd.Wait()
+	}
+	for range 50 {
+		if os.RemoveAll(c.dir) == nil {
+			if _, err := os.Stat(c.dir); os.IsNotExist(err) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type fakeBrowserUse struct {
+	t   testing.TB
+	srv *httptest.Server
+	Key string
+
+	mu          sync.Mutex
+	browsers    map[string]*fakeBrowser
+	refuse      bool
+	rateLimit   int
+	loseReplies int
+	failDeletes int
+	lastCreate  map[string]any
+}
+
+type fakeBrowser struct {
+	ID        string    `json:"id"`
+	Status    string    `json:"status"`
+	CDPURL    string    `json:"cdpUrl"`
+	LiveURL   string    `json:"liveUrl"`
+	TimeoutAt time.Time `json:"timeoutAt"`
+	chrome    *chromium
+}
+
+func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("BERTH_REQUIRE_DOCKER") != "" {
+			t.Fatalf("%s is missing: apt-get install chromium", chromiumPath)
+		}
+		t.Skipf("%s is missing: apt-get install chromium to run this test", chromiumPath)
+	}
+	f := &fakeBrowserUse{t: t, Key: "bu_" + strings.ToLower(rand.Text()), browsers: map[string]*fakeBrowser{}}
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(func() {
+		f.srv.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, b := range f.browsers {
+			if b.chrome != nil {
+				b.chrome.stop()
+			}
+		}
+	})
+	return f
+}
+
+func (f *fakeBrowserUse) reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse || r.Header.Get("X-Browser-Use-API-Key") != f.Key {
+		f.reply(w, 401, map[string]any{"detail": "Invalid API key"})
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, "/api/v3")
+	switch {
+	case path == "/browsers" && r.Method == "POST":
+		var body map[string]any
+		json.NewDecoder(r.Body).Decode(&body)
+		f.lastCreate = body
+		if f.rateLimit > 0 {
+			f.rateLimit--
+			f.reply(w, 429, map[string]any{"detail": "Too many concurrent browser sessions"})
+			return
+		}
+		minutes, _ := body["timeout"].(float64)
+		if minutes < 1 || minutes > 240 {
+			f.reply(w, 422, map[string]any{"detail": "timeout must be 1..240 minutes"})
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+		defer cancel()
+		c, err := startChromium(ctx)
+		if err != nil {
+			f.reply(w, 500, map[string]any{"detail": err.Error()})
+			return
+		}
+		id := strings.ToLower(rand.Text())
+		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.http, LiveURL: f.srv.URL + "/live/" + id,
+			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
+		f.browsers[id] = b
+		if f.loseReplies > 0 {
+			f.loseReplies--
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		f.reply(w, 201, b)
+	case strings.HasPrefix(path, "/browsers/"):
+		b := f.browsers[strings.TrimPrefix(path, "/browsers/")]
+		if b == nil {
+			f.reply(w, 404, map[string]any{"detail": "Browser session not found"})
+			return
+		}
+		switch r.Method {
+		case "GET":
+			f.reply(w, 200, b)
+		case "PATCH":
+			var body struct {
+				Action string `json:"action"`
+			}
+			json.NewDecoder(r.Body).Decode(&body)
+			if body.Action != "stop" {
+				f.reply(w, 422, map[string]any{"detail": "action must be stop"})
+				return
+			}
+			if f.failDeletes > 0 {
+				f.failDeletes--
+				f.reply(w, 500, map[string]any{"detail": "Internal Server Error"})
+				return
+			}
+			if b.chrome != nil {
+				b.chrome.stop()
+				b.chrome = nil
+			}
+			b.Status = "stopped"
+			f.reply(w, 200, b)
+		default:
+			f.reply(w, 405, map[string]any{"detail": "Method Not Allowed"})
+		}
+	default:
+		f.reply(w, 404, map[string]any{"detail": "Not Found"})
+	}
+}
+
+// active counts the browsers still running.
+func (f *fakeBrowserUse) active() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, b := range f.browsers {
+		if b.Status == "active" {
+			n++
+		}
+	}
+	return n
+}
+
+// exists reports whether a browser is still active. Browser Use keeps no
+// labels, so any active browser counts: each test's fake serves one agent.
+func (f *fakeBrowserUse) exists(ctx context.Context, label, value string) (bool, error) {
+	return f.active() > 0, nil
+}
+
+// Faults for providertest.
+func (f *fakeBrowserUse) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
+func (f *fakeBrowserUse) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
+func (f *fakeBrowserUse) RefuseCredentials(on bool) { f.mu.Lock(); f.refuse = on; f.mu.Unlock() }
