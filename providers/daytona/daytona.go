@@ -1,0 +1,465 @@
+// Package daytona runs Berth computers as Daytona sandboxes, started from
+// snapshots of Berth's headless and desktop images whose entrypoint runs
+// computerd. The supervisor reaches computerd through Daytona's preview
+// proxy (the port 7070 preview URL, with the sandbox's preview token);
+// sandboxes are private, carry Berth's labels, are listed by them, and get
+// an auto-stop interval just past the lease with auto-delete on stop, so
+// that Daytona removes a sandbox the supervisor could not.
+//
+// The API is Daytona's REST API (github.com/daytonaio/daytona,
+// apps/api/src/sandbox/controllers/sandbox.controller.ts and its DTOs):
+// POST /sandbox, GET /sandbox/{id}, GET /sandbox?labels=, DELETE
+// /sandbox/{id} and GET /sandbox/{id}/ports/{port}/preview-url, with
+// "Authorization: Bearer <apiKey>" and, when given, the
+// X-Daytona-Organization-ID header.
+package daytona
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers"
+)
+
+// ID is the provider id.
+const ID = "daytona"
+
+// Credentials a connection gives.
+const (
+	CredAPIKey       = "apiKey"
+	CredOrganization = "organizationId" // optional
+)
+
+// Settings the provider reads.
+const (
+	SettingAPIURL           = "DAYTONA_API_URL"
+	SettingHeadlessSnapshot = "DAYTONA_SNAPSHOT_HEADLESS"
+	SettingDesktopSnapshot  = "DAYTONA_SNAPSHOT_DESKTOP"
+	SettingTarget           = "DAYTONA_TARGET"
+)
+
+// Defaults of the settings.
+const (
+	DefaultAPIURL           = "https://app.daytona.io/api"
+	DefaultHeadlessSnapshot = "berth-headless"
+	DefaultDesktopSnapshot  = "berth-desktop"
+)
+
+// PreviewTokenHeader carries a private sandbox's preview token.
+const PreviewTokenHeader = "x-daytona-preview-token"
+
+// OrganizationHeader names the organization a call acts in.
+const OrganizationHeader = "X-Daytona-Organization-ID"
+
+// Grace is added to the lease for the auto-stop interval.
+const Grace = time.Minute
+
+// Bounds of the waits on Daytona's asynchronous state changes.
+const (
+	startTimeout   = 3 * time.Minute
+	destroyTimeout = 2 * time.Minute
+	maxListPages   = 100
+)
+
+func init() {
+	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
+		return New(Options{
+			APIURL:           cfg.Get(SettingAPIURL, DefaultAPIURL),
+			HeadlessSnapshot: cfg.Get(SettingHeadlessSnapshot, DefaultHeadlessSnapshot),
+			DesktopSnapshot:  cfg.Get(SettingDesktopSnapshot, DefaultDesktopSnapshot),
+			Target:           cfg.Get(SettingTarget, ""),
+			Logger:           cfg.Logger,
+		})
+	})
+	providers.Describe(ID, (*Daytona)(nil))
+}
+
+// Options configure a Daytona provider.
+type Options struct {
+	APIURL                            string
+	HeadlessSnapshot, DesktopSnapshot string
+	// Target is the region sandboxes are made in; empty: Daytona's default.
+	Target string
+	// Transport carries the API calls and the preview traffic (default
+	// http.DefaultTransport).
+	Transport http.RoundTripper
+	// PollInterval is the wait between state checks (default 500 ms).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// Daytona is the provider.
+type Daytona struct {
+	o   Options
+	hc  *http.Client
+	log *slog.Logger
+}
+
+// New returns a provider; it does not call the API.
+func New(o Options) (*Daytona, error) {
+	u, err := url.Parse(o.APIURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s %q is not an http(s) URL", SettingAPIURL, o.APIURL)
+	}
+	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	if o.HeadlessSnapshot == "" || o.DesktopSnapshot == "" {
+		return nil, fmt.Errorf("%s and %s are required", SettingHeadlessSnapshot, SettingDesktopSnapshot)
+	}
+	if o.Transport == nil {
+		o.Transport = http.DefaultTransport
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Daytona{o: o, hc: &http.Client{Transport: o.Transport, Timeout: time.Minute}, log: o.Logger.With("component", ID)}, nil
+}
+
+// Describe implements providers.Describer.
+func (*Daytona) Describe() providers.Description {
+	return providers.Description{
+		Summary: "Daytona sandboxes from snapshots of the headless or desktop image",
+		Settings: []providers.Setting{
+			{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "the API's base URL"},
+			{Name: SettingHeadlessSnapshot, Default: DefaultHeadlessSnapshot, Help: "snapshot of the headless image"},
+			{Name: SettingDesktopSnapshot, Default: DefaultDesktopSnapshot, Help: "snapshot of the desktop image"},
+			{Name: SettingTarget, Help: "region sandboxes are made in (Daytona's default when empty)"},
+		},
+		Credentials: []providers.Setting{
+			{Name: CredAPIKey, Required: true, Secret: true, Help: "a Daytona API key"},
+			{Name: CredOrganization, Help: "the organization to act in (X-Daytona-Organization-ID)"},
+		},
+	}
+}
+
+// CheckCredentials requires an apiKey; organizationId is optional.
+func (d *Daytona) CheckCredentials(c map[string]string) error {
+	for k := range c {
+		if k != CredAPIKey && k != CredOrganization {
+			return fmt.Errorf("%q is not a daytona credential: want %q and optionally %q", k, CredAPIKey, CredOrganization)
+		}
+	}
+	if strings.TrimSpace(c[CredAPIKey]) == "" {
+		return fmt.Errorf("%s is missing: want a Daytona API key", CredAPIKey)
+	}
+	return nil
+}
+
+// sandbox is Daytona's SandboxDto, the fields Berth reads.
+type sandbox struct {
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Snapshot    string            `json:"snapshot"`
+	State       string            `json:"state"`
+	ErrorReason string            `json:"errorReason"`
+	Labels      map[string]string `json:"labels"`
+}
+
+type previewURL struct {
+	SandboxID string `json:"sandboxId"`
+	URL       string `json:"url"`
+	Token     string `json:"token"`
+}
+
+// starting reports whether a sandbox is on its way to started.
+func starting(state string) bool {
+	switch state {
+	case "creating", "starting", "restoring", "pulling_snapshot", "pending_build", "building_snapshot":
+		return true
+	}
+	return false
+}
+
+// States that mean a sandbox is gone or going.
+func gone(state string) bool { return state == "destroyed" || state == "destroying" }
+
+// Create creates a private sandbox from the snapshot of spec.Image, waits
+// until it has started, and returns its port 7070 preview URL with the
+// preview token.
+func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	c := spec.Credentials
+	if c[CredAPIKey] == "" {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
+	}
+	env := make(map[string]string, len(spec.Env)+2)
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env[computerd.EnvTokenHash] = spec.TokenHash
+	env[computerd.EnvComputerID] = spec.ComputerID
+	snapshot := d.o.HeadlessSnapshot
+	if spec.Image == providers.ImageDesktop {
+		snapshot = d.o.DesktopSnapshot
+	}
+	lease := spec.Lease
+	if lease <= 0 {
+		lease = 15 * time.Minute
+	}
+	req := map[string]any{
+		"name":               "berth-" + spec.ComputerID,
+		"snapshot":           snapshot,
+		"env":                env,
+		"labels":             spec.Labels(),
+		"public":             false,
+		"autoStopInterval":   int((lease + Grace + time.Minute - 1) / time.Minute),
+		"autoDeleteInterval": 0, // delete as soon as it stops
+	}
+	if d.o.Target != "" {
+		req["target"] = d.o.Target
+	}
+	var sb sandbox
+	if err := d.call(ctx, c, http.MethodPost, "/sandbox", nil, req, &sb, http.StatusOK, http.StatusCreated); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest) {
+			return providers.Machine{}, fmt.Errorf("create computer %s: snapshot %q: %w: %s", spec.ComputerID, snapshot, providers.ErrBadImage, ae.msg)
+		}
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
+	}
+	if sb.ID == "" {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w: the answer names no sandbox", spec.ComputerID, providers.ErrUnavailable)
+	}
+	if err := d.awaitStarted(ctx, c, &sb); err != nil {
+		return providers.Machine{}, fmt.Errorf("create computer %s: sandbox %s: %w", spec.ComputerID, sb.ID, err)
+	}
+	m, err := d.machine(ctx, c, sb)
+	if err != nil {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
+	}
+	d.log.Info("sandbox started", "computer", spec.ComputerID, "sandbox", sb.ID, "snapshot", snapshot)
+	return m, nil
+}
+
+// awaitStarted polls the sandbox until it has started.
+func (d *Daytona) awaitStarted(ctx context.Context, c map[string]string, sb *sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for sb.State != "started" {
+		switch sb.State {
+		case "error", "build_failed":
+			return fmt.Errorf("%w: it failed to start: %s", providers.ErrUnavailable, sb.ErrorReason)
+		case "destroyed", "destroying", "stopped", "archived":
+			return fmt.Errorf("%w: it is %s", providers.ErrUnavailable, sb.State)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: still %q after %s", providers.ErrUnavailable, sb.State, startTimeout)
+		case <-time.After(d.o.PollInterval):
+		}
+		if err := d.call(ctx, c, http.MethodGet, "/sandbox/"+url.PathEscape(sb.ID), nil, nil, sb, http.StatusOK); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// machine returns the machine of a started sandbox: its preview URL for
+// computerd's port, and the preview token.
+func (d *Daytona) machine(ctx context.Context, c map[string]string, sb sandbox) (providers.Machine, error) {
+	var pv previewURL
+	path := fmt.Sprintf("/sandbox/%s/ports/%d/preview-url", url.PathEscape(sb.ID), computerd.Port)
+	if err := d.call(ctx, c, http.MethodGet, path, nil, nil, &pv, http.StatusOK); err != nil {
+		return providers.Machine{}, fmt.Errorf("preview URL of sandbox %s: %w", sb.ID, err)
+	}
+	if pv.URL == "" {
+		return providers.Machine{}, fmt.Errorf("preview URL of sandbox %s: %w: empty", sb.ID, providers.ErrUnavailable)
+	}
+	m := providers.Machine{ID: sb.ID, Endpoint: strings.TrimRight(pv.URL, "/"), Labels: sb.Labels}
+	if pv.Token != "" {
+		m.Header = http.Header{http.CanonicalHeaderKey(PreviewTokenHeader): {pv.Token}}
+	}
+	return m, nil
+}
+
+// Destroy deletes the sandbox and waits until Daytona reports it gone.
+func (d *Daytona) Destroy(ctx context.Context, machineID string) error {
+	c := providers.CredentialsFrom(ctx)
+	if c[CredAPIKey] == "" {
+		return fmt.Errorf("destroy %s: %w: no %s in the call's context", machineID, providers.ErrBadCredentials, CredAPIKey)
+	}
+	path := "/sandbox/" + url.PathEscape(machineID)
+	err := d.call(ctx, c, http.MethodDelete, path, nil, nil, nil, http.StatusOK, http.StatusNoContent)
+	if errors.Is(err, providers.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("destroy %s: %w", machineID, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, destroyTimeout)
+	defer cancel()
+	for {
+		var sb sandbox
+		err := d.call(wctx, c, http.MethodGet, path, nil, nil, &sb, http.StatusOK)
+		switch {
+		case errors.Is(err, providers.ErrNotFound), err == nil && sb.State == "destroyed":
+			d.log.Info("sandbox deleted", "sandbox", machineID)
+			return nil
+		case err != nil:
+			return fmt.Errorf("destroy %s: %w", machineID, err)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("destroy %s: %w: still %q after %s", machineID, providers.ErrUnavailable, sb.State, destroyTimeout)
+		case <-time.After(d.o.PollInterval):
+		}
+	}
+}
+
+// List returns the sandboxes with Berth's managed label of the account in
+// the context; those that have started come with their preview URL. With
+// no credentials in the context it answers nothing.
+func (d *Daytona) List(ctx context.Context) ([]providers.Machine, error) {
+	c := providers.CredentialsFrom(ctx)
+	if c[CredAPIKey] == "" {
+		return nil, nil
+	}
+	labels, _ := json.Marshal(map[string]string{providers.LabelManaged: "true"})
+	q := url.Values{"labels": {string(labels)}}
+	var out []providers.Machine
+	for page := 0; page < maxListPages; page++ {
+		var res struct {
+			Items      []sandbox `json:"items"`
+			NextCursor *string   `json:"nextCursor"`
+		}
+		if err := d.call(ctx, c, http.MethodGet, "/sandbox", q, nil, &res, http.StatusOK); err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, sb := range res.Items {
+			if sb.Labels[providers.LabelManaged] != "true" || gone(sb.State) {
+				continue
+			}
+			m := providers.Machine{ID: sb.ID, Labels: sb.Labels}
+			if starting(sb.State) {
+				// A create whose reply was lost is usually still starting:
+				// wait for it, so that it can be adopted.
+				d.awaitStarted(ctx, c, &sb)
+			}
+			if sb.State == "started" {
+				if pm, err := d.machine(ctx, c, sb); err == nil {
+					m = pm
+				}
+			}
+			out = append(out, m)
+		}
+		if res.NextCursor == nil || *res.NextCursor == "" {
+			return out, nil
+		}
+		q.Set("cursor", *res.NextCursor)
+	}
+	return nil, fmt.Errorf("list sandboxes: %w: more than %d pages", providers.ErrUnavailable, maxListPages)
+}
+
+// Transport implements providers.Transporter: computerd is reached
+// through Daytona's preview proxy with the provider's own transport; the
+// preview token travels in the machine's header.
+func (d *Daytona) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
+	return d.o.Transport
+}
+
+type apiError struct {
+	status int
+	msg    string
+	kind   error
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%v: Daytona answered %d: %s", e.kind, e.status, e.msg)
+}
+func (e *apiError) Unwrap() error { return e.kind }
+
+func (d *Daytona) call(ctx context.Context, c map[string]string, method, path string, q url.Values, body, out any, ok ...int) error {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	u := d.o.APIURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c[CredAPIKey])
+	if org := c[CredOrganization]; org != "" {
+		req.Header.Set(OrganizationHeader, org)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, err)
+	}
+	defer resp.Body.Close()
+	for _, s := range ok {
+		if resp.StatusCode == s {
+			if out == nil {
+				io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+				return nil
+			}
+			if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+				return fmt.Errorf("%w: decode the answer of %s %s: %v", providers.ErrUnavailable, method, path, err)
+			}
+			return nil
+		}
+	}
+	// Errors are {"statusCode", "error", "message"}.
+	var e struct {
+		Message string `json:"message"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(raw))
+		if len(e.Message) > 200 {
+			e.Message = e.Message[:200]
+		}
+	}
+	ae := &apiError{status: resp.StatusCode, msg: e.Message}
+	switch {
+	case resp.StatusCode == http.StatusForbidden && strings.Contains(strings.ToLower(e.Message), "quota"):
+		ae.kind = providers.ErrCapacity
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		ae.kind = providers.ErrBadCredentials
+	case resp.StatusCode == http.StatusTooManyRequests:
+		ae.kind = providers.ErrCapacity
+	case resp.StatusCode == http.StatusNotFound:
+		ae.kind = providers.ErrNotFound
+	case resp.StatusCode == http.StatusBadRequest:
+		ae.kind = errors.New("request refused")
+	default:
+		ae.kind = providers.ErrUnavailable
+	}
+	return ae
+}
+
+var (
+	_ providers.Provider          = (*Daytona)(nil)
+	_ providers.Lister            = (*Daytona)(nil)
+	_ providers.Transporter       = (*Daytona)(nil)
+	_ providers.CredentialChecker = (*Daytona)(nil)
+	_ providers.Describer         = (*Daytona)(nil)
+)

@@ -1,0 +1,204 @@
+package daytona_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/daytona"
+	"github.com/berthdev/berth/providers/daytona/daytonafake"
+	"github.com/berthdev/berth/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	headless = "berth-headless:1"
+	desktop  = "berth-desktop:1"
+	org      = "org-berth"
+)
+
+func newFake(t providertest.T, log *slog.Logger) (*daytonafake.Fake, *daytona.Daytona, map[string]string) {
+	key := fmt.Sprintf("dtn_%d_secret", time.Now().UnixNano())
+	f := daytonafake.New(t, key, headless, desktop)
+	f.Organization = org
+	tr := f.Transport()
+	t.Cleanup(tr.CloseIdleConnections)
+	p, err := daytona.New(daytona.Options{
+		APIURL: f.URL, HeadlessSnapshot: headless, DesktopSnapshot: desktop,
+		Transport: tr, PollInterval: time.Millisecond, Logger: log,
+	})
+	if err != nil {
+		t.Fatalf("daytona.New: %v", err)
+	}
+	return f, p, map[string]string{daytona.CredAPIKey: key, daytona.CredOrganization: org}
+}
+
+// TestConformance runs the provider suite against the fake Daytona API.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		ID: daytona.ID,
+		New: func(t providertest.T, log *slog.Logger) providertest.Target {
+			f, p, creds := newFake(t, log)
+			return providertest.Target{
+				Provider: p, Credentials: creds, Faults: f.Server,
+				Secrets: []string{creds[daytona.CredAPIKey]},
+				Exists: func(ctx context.Context, label, value string) (bool, error) {
+					return f.Exists(label, value), nil
+				},
+			}
+		},
+	})
+}
+
+func spec(creds map[string]string) providers.Spec {
+	return providers.Spec{
+		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b"},
+		Lease: 10 * time.Minute, Credentials: creds,
+	}
+}
+
+// TestCreateRequest checks the sandbox a create asks for and the preview
+// path to computerd.
+func TestCreateRequest(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	s := spec(creds)
+	s.Image = providers.ImageDesktop
+	m, err := p.Create(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs := f.Sandboxes()
+	if len(sbs) != 1 {
+		t.Fatalf("%d sandboxes", len(sbs))
+	}
+	sb := sbs[0]
+	if sb.Snapshot != desktop || sb.Public || sb.State != "started" {
+		t.Errorf("sandbox %+v: want private, started, from %s", sb, desktop)
+	}
+	if sb.AutoStopInterval != 11 || sb.AutoDelete == nil || *sb.AutoDelete != 0 {
+		t.Errorf("autoStopInterval %d autoDelete %v: want 11 minutes (lease plus grace) and delete on stop", sb.AutoStopInterval, sb.AutoDelete)
+	}
+	for k, v := range s.Labels() {
+		if sb.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, sb.Labels[k], v)
+		}
+	}
+	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || strings.Contains(fmt.Sprint(sb.Env), creds[daytona.CredAPIKey]) {
+		t.Errorf("env %v: want the token hash and never the key", sb.Env)
+	}
+	if m.ID != sb.ID || m.Header.Get(daytona.PreviewTokenHeader) != sb.Token || !strings.HasPrefix(m.Endpoint, "http://7070-"+sb.ID) {
+		t.Errorf("machine %+v", m)
+	}
+	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(f.Transport()), computerd.WithHeader(m.Header))
+	if _, err := c.Processes(t.Context()); err != nil {
+		t.Errorf("computerd through the preview URL: %v", err)
+	}
+	for _, r := range f.Requests() {
+		if r.Header.Get("Authorization") != "Bearer "+creds[daytona.CredAPIKey] || r.Header.Get(daytona.OrganizationHeader) != org {
+			t.Errorf("%s %s without the key or the organization header", r.Method, r.Path)
+		}
+	}
+	ctx := providers.WithCredentials(t.Context(), creds)
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Sandboxes()) != 0 {
+		t.Error("sandbox left after Destroy")
+	}
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Errorf("destroy of a sandbox already gone: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	s := spec(creds)
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusTooManyRequests, providers.ErrCapacity},
+		{http.StatusInternalServerError, providers.ErrUnavailable},
+		{http.StatusServiceUnavailable, providers.ErrUnavailable},
+		{http.StatusUnauthorized, providers.ErrBadCredentials},
+	} {
+		f.FailNext(c.status)
+		_, err := p.Create(t.Context(), s)
+		if !errors.Is(err, c.want) || strings.Contains(err.Error(), creds[daytona.CredAPIKey]) {
+			t.Errorf("create answered %d: %v, want %v without the key", c.status, err, c.want)
+		}
+	}
+	s.Credentials = map[string]string{daytona.CredAPIKey: creds[daytona.CredAPIKey], daytona.CredOrganization: "other"}
+	if _, err := p.Create(t.Context(), s); !errors.Is(err, providers.ErrBadCredentials) {
+		t.Errorf("wrong organization: %v", err)
+	}
+	bad, _ := daytona.New(daytona.Options{APIURL: f.URL, HeadlessSnapshot: "nope", DesktopSnapshot: "nope", Transport: f.Transport()})
+	s.Credentials = creds
+	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("unknown snapshot: %v", err)
+	}
+	f.FailNextDeletes(1)
+	m, err := p.Create(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := providers.WithCredentials(t.Context(), creds)
+	if err := p.Destroy(ctx, m.ID); !errors.Is(err, providers.ErrUnavailable) {
+		t.Errorf("failing delete: %v", err)
+	}
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+}
+
+func TestListPages(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	f.SetPageSize(2)
+	for i := 0; i < 5; i++ {
+		s := spec(creds)
+		s.ComputerID, s.AttemptID = fmt.Sprintf("c%d", i), fmt.Sprintf("a%d", i)
+		if _, err := p.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := p.List(providers.WithCredentials(t.Context(), creds))
+	if err != nil || len(ms) != 5 {
+		t.Fatalf("list: %d machines, %v; want 5", len(ms), err)
+	}
+	for _, m := range ms {
+		if m.Endpoint == "" || m.Header.Get(daytona.PreviewTokenHeader) == "" {
+			t.Errorf("listed machine %s without its preview URL and token", m.ID)
+		}
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	p, err := providers.New(daytona.ID, providers.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := p.(providers.CredentialChecker)
+	if err := cc.CheckCredentials(map[string]string{"organizationId": "o"}); err == nil || !strings.Contains(err.Error(), "apiKey") {
+		t.Errorf("missing apiKey: %v", err)
+	}
+	if err := cc.CheckCredentials(map[string]string{"apiKey": "k", "org": "o"}); err == nil || !strings.Contains(err.Error(), `"org"`) {
+		t.Errorf("unknown credential: %v", err)
+	}
+	if _, ok := providers.DescriptionOf(daytona.ID); !ok {
+		t.Error("no description")
+	}
+}

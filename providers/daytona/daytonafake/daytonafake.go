@@ -1,0 +1,372 @@
+// Package daytonafake is a local fake of Daytona's API, for the daytona
+// provider's tests. It follows the API as github.com/daytonaio/daytona
+// defines it (apps/api/src/sandbox/controllers/sandbox.controller.ts,
+// dto/create-sandbox.dto.ts, dto/sandbox.dto.ts,
+// dto/list-sandboxes-query.dto.ts, dto/port-preview-url.dto.ts,
+// filters/all-exceptions.filter.ts; commit b5a5d9e7, v0.190.0):
+//
+//   - POST /sandbox {name, snapshot, env, labels, public, autoStopInterval,
+//     autoDeleteInterval, target} answers 200 with the SandboxDto in state
+//     "creating"; the sandbox then moves through "starting" to "started"
+//     (one step per GET /sandbox/{id}), as Daytona's are asynchronous;
+//   - GET /sandbox?labels=<JSON>&cursor= answers {items, nextCursor};
+//   - DELETE /sandbox/{id} answers 200 with the sandbox "destroying"; it is
+//     gone (404) at the next GET;
+//   - GET /sandbox/{id}/ports/{port}/preview-url answers {sandboxId, url,
+//     token};
+//   - calls need "Authorization: Bearer <key>" and, when the fake has an
+//     organization, a matching X-Daytona-Organization-ID; errors are
+//     {path, timestamp, statusCode, error, message}.
+//
+// Preview URLs (https://<port>-<sandboxId>.<proxy domain>) are served by a
+// second listener (see Transport) that checks x-daytona-preview-token on
+// private sandboxes and forwards port 7070 to the sandbox's computerd, a
+// real one running in-process with the sandbox's env (fakeapi).
+package daytonafake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers/internal/fakeapi"
+)
+
+// ProxyDomain is the domain of the fake's preview URLs.
+const ProxyDomain = "proxy.daytona.test"
+
+// T is what the fake needs from a test.
+type T interface {
+	Cleanup(func())
+	TempDir() string
+}
+
+// Sandbox is a sandbox the fake holds.
+type Sandbox struct {
+	ID               string
+	Name             string
+	Snapshot         string
+	State            string
+	Env              map[string]string
+	Labels           map[string]string
+	Public           bool
+	AutoStopInterval int
+	AutoDelete       *int
+	Token            string
+	computer         *fakeapi.Computer
+}
+
+// Fake is a running fake Daytona.
+type Fake struct {
+	*fakeapi.Server
+	Key          string
+	Organization string // required in X-Daytona-Organization-ID when set
+	Snapshots    map[string]bool
+
+	proxy *httptest.Server
+	tr    *http.Transport
+	dir   string
+
+	mu        sync.Mutex
+	sandboxes map[string]*Sandbox
+	pageSize  int
+}
+
+// New starts a fake Daytona that accepts key and knows snapshots.
+func New(t T, key string, snapshots ...string) *Fake {
+	f := &Fake{Key: key, Snapshots: map[string]bool{}, dir: t.TempDir(), sandboxes: map[string]*Sandbox{}, pageSize: 100, tr: &http.Transport{}}
+	for _, s := range snapshots {
+		f.Snapshots[s] = true
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sandbox", f.create)
+	mux.HandleFunc("GET /sandbox", f.list)
+	mux.HandleFunc("GET /sandbox/{id}", f.get)
+	mux.HandleFunc("DELETE /sandbox/{id}", f.delete)
+	mux.HandleFunc("GET /sandbox/{id}/ports/{port}/preview-url", f.preview)
+	f.Server = fakeapi.New(t, mux, fakeapi.Options{
+		Authorized: func(r *http.Request) bool {
+			if r.Header.Get("Authorization") != "Bearer "+f.Key {
+				return false
+			}
+			return f.Organization == "" || r.Header.Get("X-Daytona-Organization-ID") == f.Organization
+		},
+		Kind: func(r *http.Request) fakeapi.Kind {
+			switch {
+			case r.Method == http.MethodPost && r.URL.Path == "/sandbox":
+				return fakeapi.Create
+			case r.Method == http.MethodDelete:
+				return fakeapi.Delete
+			}
+			return fakeapi.Other
+		},
+		WriteError: func(w http.ResponseWriter, status int, msg string) { writeError(w, nil, status, msg) },
+	})
+	f.proxy = httptest.NewServer(http.HandlerFunc(f.serveProxy))
+	t.Cleanup(func() {
+		f.proxy.Close()
+		f.tr.CloseIdleConnections()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, s := range f.sandboxes {
+			s.computer.Close()
+		}
+		f.sandboxes = map[string]*Sandbox{}
+	})
+	return f
+}
+
+// Transport sends requests for preview URLs to the fake's proxy.
+func (f *Fake) Transport() *http.Transport {
+	return fakeapi.HostTransport("."+ProxyDomain, f.proxy.Listener.Addr().String())
+}
+
+// SetPageSize sets how many sandboxes a list page holds.
+func (f *Fake) SetPageSize(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pageSize = n
+}
+
+// Sandboxes returns the sandboxes the fake holds.
+func (f *Fake) Sandboxes() []Sandbox {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Sandbox, 0, len(f.sandboxes))
+	for _, s := range f.sandboxes {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Exists reports whether a sandbox is labelled label=value.
+func (f *Fake) Exists(label, value string) bool {
+	for _, s := range f.Sandboxes() {
+		if s.Labels[label] == value {
+			return true
+		}
+	}
+	return false
+}
+
+func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	path := ""
+	if r != nil {
+		path = r.URL.RequestURI()
+	}
+	fakeapi.WriteJSON(w, status, map[string]any{
+		"path": path, "timestamp": time.Now().UTC().Format(time.RFC3339),
+		"statusCode": status, "error": http.StatusText(status), "message": msg,
+	})
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (f *Fake) dto(s *Sandbox) map[string]any {
+	return map[string]any{
+		"id": s.ID, "organizationId": "org", "name": s.Name, "snapshot": s.Snapshot, "user": "daytona",
+		"env": s.Env, "labels": s.Labels, "public": s.Public, "networkBlockAll": false, "target": "us",
+		"cpu": 1, "gpu": 0, "memory": 2, "disk": 10, "state": s.State, "autoStopInterval": s.AutoStopInterval,
+		"toolboxProxyUrl": "http://" + ProxyDomain + "/toolbox",
+	}
+}
+
+func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name               string            `json:"name"`
+		Snapshot           string            `json:"snapshot"`
+		Env                map[string]string `json:"env"`
+		Labels             map[string]string `json:"labels"`
+		Public             bool              `json:"public"`
+		AutoStopInterval   *int              `json:"autoStopInterval"`
+		AutoDeleteInterval *int              `json:"autoDeleteInterval"`
+		Target             string            `json:"target"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, r, http.StatusBadRequest, "invalid body")
+		return
+	}
+	if !f.Snapshots[req.Snapshot] {
+		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Snapshot %s not found. Did you add it through the Daytona Dashboard?", req.Snapshot))
+		return
+	}
+	stop := 15
+	if req.AutoStopInterval != nil {
+		stop = *req.AutoStopInterval
+	}
+	if stop < 0 {
+		writeError(w, r, http.StatusBadRequest, "autoStopInterval must not be negative")
+		return
+	}
+	f.mu.Lock()
+	for _, s := range f.sandboxes {
+		if req.Name != "" && s.Name == req.Name {
+			f.mu.Unlock()
+			writeError(w, r, http.StatusConflict, fmt.Sprintf("Sandbox with name %s already exists", req.Name))
+			return
+		}
+	}
+	f.mu.Unlock()
+	c, err := fakeapi.StartComputer(f.dir, req.Env[computerd.EnvTokenHash], req.Env)
+	if err != nil {
+		writeError(w, r, http.StatusInternalServerError, "An unexpected error occurred.")
+		return
+	}
+	s := &Sandbox{
+		ID: randomHex(16), Name: req.Name, Snapshot: req.Snapshot, State: "creating", Env: req.Env,
+		Labels: req.Labels, Public: req.Public, AutoStopInterval: stop, AutoDelete: req.AutoDeleteInterval,
+		Token: randomHex(12), computer: c,
+	}
+	if s.Name == "" {
+		s.Name = s.ID
+	}
+	f.mu.Lock()
+	f.sandboxes[s.ID] = s
+	dto := f.dto(s)
+	f.mu.Unlock()
+	fakeapi.WriteJSON(w, http.StatusOK, dto)
+}
+
+// get answers a sandbox and moves it one step on: creating, starting,
+// started; a destroying one is gone.
+func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	s := f.sandboxes[r.PathValue("id")]
+	if s == nil {
+		f.mu.Unlock()
+		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
+		return
+	}
+	switch s.State {
+	case "creating":
+		s.State = "starting"
+	case "starting":
+		s.State = "started"
+	case "destroying":
+		delete(f.sandboxes, s.ID)
+		s.computer.Close()
+		f.mu.Unlock()
+		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", s.ID))
+		return
+	}
+	dto := f.dto(s)
+	f.mu.Unlock()
+	fakeapi.WriteJSON(w, http.StatusOK, dto)
+}
+
+func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
+	want := map[string]string{}
+	if l := r.URL.Query().Get("labels"); l != "" {
+		if err := json.Unmarshal([]byte(l), &want); err != nil {
+			writeError(w, r, http.StatusBadRequest, "Invalid labels JSON format")
+			return
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, s := range f.sandboxes {
+		ok := true
+		for k, v := range want {
+			ok = ok && s.Labels[k] == v
+		}
+		if ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	start := 0
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 {
+			writeError(w, r, http.StatusBadRequest, "invalid cursor")
+			return
+		}
+		start = n
+	}
+	items := []map[string]any{}
+	for i := start; i < len(ids) && len(items) < f.pageSize; i++ {
+		items = append(items, f.dto(f.sandboxes[ids[i]]))
+	}
+	var next any
+	if start+f.pageSize < len(ids) {
+		next = strconv.Itoa(start + f.pageSize)
+	}
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": next})
+}
+
+func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	s := f.sandboxes[r.PathValue("id")]
+	if s == nil {
+		f.mu.Unlock()
+		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
+		return
+	}
+	s.State = "destroying"
+	dto := f.dto(s)
+	f.mu.Unlock()
+	fakeapi.WriteJSON(w, http.StatusOK, dto)
+}
+
+func (f *Fake) preview(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeError(w, r, http.StatusBadRequest, "invalid port")
+		return
+	}
+	f.mu.Lock()
+	s := f.sandboxes[r.PathValue("id")]
+	f.mu.Unlock()
+	if s == nil {
+		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
+		return
+	}
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{
+		"sandboxId": s.ID, "url": fmt.Sprintf("http://%d-%s.%s", port, s.ID, ProxyDomain), "token": s.Token,
+	})
+}
+
+func (f *Fake) serveProxy(w http.ResponseWriter, r *http.Request) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(host, "."+ProxyDomain)
+	port, id, ok2 := strings.Cut(label, "-")
+	if !ok || !ok2 {
+		http.Error(w, "unknown host", http.StatusBadGateway)
+		return
+	}
+	f.mu.Lock()
+	s := f.sandboxes[id]
+	f.mu.Unlock()
+	if s == nil || s.State != "started" {
+		http.Error(w, "sandbox not found or not started", http.StatusNotFound)
+		return
+	}
+	if !s.Public && r.Header.Get("x-daytona-preview-token") != s.Token {
+		http.Error(w, "unauthorized: missing or wrong preview token", http.StatusUnauthorized)
+		return
+	}
+	if port != strconv.Itoa(computerd.Port) {
+		http.Error(w, "port not open", http.StatusBadGateway)
+		return
+	}
+	fakeapi.ReverseTo(s.computer.URL, f.tr).ServeHTTP(w, r)
+}
