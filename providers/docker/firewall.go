@@ -167,6 +167,7 @@ func AllowTURN(ctx context.Context, port int) error {
 	if err := UnguardTURN(ctx, port); err != nil {
 		return err
 	}
+	removeStaleTURN(ctx)
 	for _, rule := range turnRules(port) {
 		if err := iptables(ctx, append([]string{"-I", "INPUT", "1"}, rule[1:]...)...); err != nil {
 			return fmt.Errorf("%w: %v", ErrNoFirewall, err)
@@ -190,11 +191,37 @@ func UnguardTURN(ctx context.Context, port int) error {
 	return nil
 }
 
+const turnComment = "berth: live-view TURN relay"
+
+// removeStaleTURN closes TURN openings whose port nothing listens on any
+// more (a supervisor that was killed); the TURN relay always listens on
+// TCP as well as UDP on its port.
+func removeStaleTURN(ctx context.Context) {
+	out, err := exec.CommandContext(ctx, "iptables", "-w", "5", "-S", "INPUT").Output()
+	if err != nil {
+		return
+	}
+	listening, err := listeningPorts()
+	if err != nil {
+		return
+	}
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if !strings.Contains(line, `"`+turnComment+`"`) {
+			continue
+		}
+		if m := allowPort.FindStringSubmatch(line); m != nil {
+			if port, err := strconv.Atoi(m[1]); err == nil && !listening[port] {
+				UnguardTURN(ctx, port)
+			}
+		}
+	}
+}
+
 func turnRules(port int) [][]string {
 	var rules [][]string
 	for _, proto := range []string{"udp", "tcp"} {
 		rules = append(rules, []string{"INPUT", "-i", BridgePrefix + "+", "-p", proto, "--dport", strconv.Itoa(port),
-			"-m", "comment", "--comment", "berth: live-view TURN relay", "-j", "ACCEPT"})
+			"-m", "comment", "--comment", turnComment, "-j", "ACCEPT"})
 	}
 	return rules
 }
