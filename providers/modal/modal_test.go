@@ -1,0 +1,160 @@
+package modal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/modal"
+	"github.com/berthdev/berth/providers/modal/modalfake"
+	"github.com/berthdev/berth/providers/providertest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	headless = "im-headless0001"
+	desktop  = "im-desktop0001"
+)
+
+func newFake(t providertest.T, log *slog.Logger) (*modalfake.Fake, *modal.Modal, map[string]string) {
+	n := time.Now().UnixNano()
+	creds := map[string]string{modal.CredTokenID: fmt.Sprintf("ak-%d", n), modal.CredTokenSecret: fmt.Sprintf("as-%d-secret", n)}
+	f := modalfake.New(t, creds[modal.CredTokenID], creds[modal.CredTokenSecret], headless, desktop)
+	tr := f.Transport()
+	t.Cleanup(tr.CloseIdleConnections)
+	p, err := modal.New(modal.Options{ServerURL: f.URL, HeadlessImage: headless, DesktopImage: desktop, Scheme: "http", Transport: tr, Logger: log})
+	if err != nil {
+		t.Fatalf("modal.New: %v", err)
+	}
+	return f, p, creds
+}
+
+// TestConformance runs the provider suite against the fake Modal API.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		ID: modal.ID,
+		New: func(t providertest.T, log *slog.Logger) providertest.Target {
+			f, p, creds := newFake(t, log)
+			return providertest.Target{
+				Provider: p, Credentials: creds, Faults: f.Server,
+				Exists: func(ctx context.Context, label, value string) (bool, error) { return f.Exists(label, value), nil },
+			}
+		},
+	})
+}
+
+func spec(creds map[string]string) providers.Spec {
+	return providers.Spec{
+		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		Image: providers.ImageDesktop, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b"},
+		Lease: 2 * time.Minute, Credentials: creds,
+	}
+}
+
+func TestCreateRequest(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	s := spec(creds)
+	m, err := p.Create(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs := f.Sandboxes()
+	if len(sbs) != 1 {
+		t.Fatalf("%d sandboxes", len(sbs))
+	}
+	sb := sbs[0]
+	if sb.ImageID != desktop || sb.TimeoutSecs != 180 || len(sb.Ports) != 1 || sb.Ports[0] != computerd.Port {
+		t.Errorf("sandbox %+v: want image %s, timeout 180 s (lease plus grace), port 7070 open", sb, desktop)
+	}
+	for k, v := range s.Labels() {
+		if sb.Tags[k] != v {
+			t.Errorf("tag %s = %q, want %q", k, sb.Tags[k], v)
+		}
+	}
+	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || sb.Env["A"] != "b" || strings.Contains(fmt.Sprint(sb.Env), creds[modal.CredTokenSecret]) {
+		t.Errorf("env %v", sb.Env)
+	}
+	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(p.Transport(m, creds)))
+	if _, err := c.Processes(t.Context()); err != nil {
+		t.Errorf("computerd through the tunnel: %v", err)
+	}
+	for _, r := range f.Requests() {
+		if !strings.HasPrefix(r.Path, "/"+modal.Service+"/") || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("request %s %s", r.Method, r.Path)
+		}
+	}
+	ctx := providers.WithCredentials(t.Context(), creds)
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Destroy(ctx, m.ID); err != nil {
+		t.Errorf("terminate of a sandbox already gone: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	s := spec(creds)
+	if _, err := p.Create(t.Context(), s); err != nil { // caches the app
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		status int
+		want   error
+	}{
+		{http.StatusTooManyRequests, providers.ErrCapacity},
+		{http.StatusInternalServerError, providers.ErrUnavailable},
+		{http.StatusServiceUnavailable, providers.ErrUnavailable},
+		{http.StatusUnauthorized, providers.ErrBadCredentials},
+	} {
+		f.FailNext(c.status)
+		_, err := p.Create(t.Context(), s)
+		if !errors.Is(err, c.want) || strings.Contains(err.Error(), creds[modal.CredTokenSecret]) {
+			t.Errorf("answered %d: %v, want %v without the secret", c.status, err, c.want)
+		}
+	}
+	bad, _ := modal.New(modal.Options{ServerURL: f.URL, HeadlessImage: "im-missing", Transport: f.Transport()})
+	s.Image = providers.ImageHeadless
+	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "im-missing") {
+		t.Errorf("unknown image: %v", err)
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	if _, err := providers.New(modal.ID, providers.Config{}); err == nil || !strings.Contains(err.Error(), modal.SettingHeadlessImage) {
+		t.Errorf("without an image: %v, want an error naming %s", err, modal.SettingHeadlessImage)
+	}
+	p, err := providers.New(modal.ID, providers.Config{Getenv: func(k string) string {
+		if k == modal.SettingHeadlessImage {
+			return "im-x"
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := p.(providers.CredentialChecker)
+	if err := cc.CheckCredentials(map[string]string{"tokenId": "ak"}); err == nil || !strings.Contains(err.Error(), "tokenSecret") {
+		t.Errorf("missing secret: %v", err)
+	}
+	if err := cc.CheckCredentials(map[string]string{"tokenId": "ak", "tokenSecret": "as"}); err != nil {
+		t.Error(err)
+	}
+	d, ok := providers.DescriptionOf(modal.ID)
+	if !ok || len(d.Missing(func(string) string { return "" })) != 1 {
+		t.Errorf("description %+v: want one required setting", d)
+	}
+}

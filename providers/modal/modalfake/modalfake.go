@@ -1,0 +1,413 @@
+// Package modalfake is a local fake of Modal's sandbox API for the modal
+// provider's tests. Modal documents that API as the gRPC service
+// modal.client.ModalClient in modal_proto/api.proto of
+// github.com/modal-labs/modal-client (commit 69519aef, August 2026); the
+// fake serves the methods the provider calls through the Connect
+// protocol's JSON mapping (POST /modal.client.ModalClient/<Method>, proto3
+// JSON field names, errors {"code", "message"} with Connect's HTTP
+// statuses: unauthenticated 401, not_found 404, resource_exhausted 429,
+// internal 500, unavailable 503):
+//
+//   - AppGetOrCreate {appName, environmentName, objectCreationType} -> {appId}
+//   - SecretGetOrCreate {objectCreationType, envDict, appId} -> {secretId}
+//   - SandboxCreate {appId, definition{imageId, timeoutSecs, secretIds,
+//     openPorts{ports[{port}]}}, tags[{tagName, tagValue}]} -> {sandboxId}
+//   - SandboxGetTunnels {sandboxId, timeout} -> {result, tunnels[{host,
+//     port, containerPort}]}
+//   - SandboxList {appId, tags, includeFinished} -> {sandboxes[SandboxInfo]}
+//   - SandboxTerminate {sandboxId} -> {}
+//
+// Calls need the x-modal-token-id and x-modal-token-secret headers. A
+// sandbox's tunnels (https://<host>:443) are served by a second listener
+// (see Transport) that forwards port 7070 to the sandbox's computerd, a
+// real one running in-process with the sandbox's secrets as its
+// environment (fakeapi).
+package modalfake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers/internal/fakeapi"
+)
+
+// TunnelDomain is the domain of the fake's tunnel hosts.
+const TunnelDomain = "modal.test"
+
+// T is what the fake needs from a test.
+type T interface {
+	Cleanup(func())
+	TempDir() string
+}
+
+// Sandbox is a sandbox the fake holds.
+type Sandbox struct {
+	ID          string
+	AppID       string
+	ImageID     string
+	TimeoutSecs int
+	Tags        map[string]string
+	Env         map[string]string
+	Ports       []int
+	computer    *fakeapi.Computer
+}
+
+// Fake is a running fake Modal.
+type Fake struct {
+	*fakeapi.Server
+	TokenID, TokenSecret string
+	Images               map[string]bool
+
+	proxy *httptest.Server
+	tr    *http.Transport
+	dir   string
+
+	mu        sync.Mutex
+	apps      map[string]string // id by name
+	secrets   map[string]map[string]string
+	sandboxes map[string]*Sandbox
+}
+
+var connectCodes = map[int]string{
+	400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+	409: "already_exists", 429: "resource_exhausted", 500: "internal", 503: "unavailable", 504: "deadline_exceeded",
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	code, ok := connectCodes[status]
+	if !ok {
+		code = "unknown"
+	}
+	fakeapi.WriteJSON(w, status, map[string]string{"code": code, "message": msg})
+}
+
+// New starts a fake Modal accepting the token id and secret and knowing
+// the image ids.
+func New(t T, tokenID, tokenSecret string, images ...string) *Fake {
+	f := &Fake{TokenID: tokenID, TokenSecret: tokenSecret, Images: map[string]bool{}, dir: t.TempDir(),
+		tr: &http.Transport{}, apps: map[string]string{}, secrets: map[string]map[string]string{}, sandboxes: map[string]*Sandbox{}}
+	for _, im := range images {
+		f.Images[im] = true
+	}
+	mux := http.NewServeMux()
+	for name, h := range map[string]http.HandlerFunc{
+		"AppGetOrCreate": f.appGetOrCreate, "SecretGetOrCreate": f.secretGetOrCreate,
+		"SandboxCreate": f.sandboxCreate, "SandboxGetTunnels": f.sandboxGetTunnels,
+		"SandboxList": f.sandboxList, "SandboxTerminate": f.sandboxTerminate,
+	} {
+		mux.Handle("POST /modal.client.ModalClient/"+name, h)
+	}
+	f.Server = fakeapi.New(t, mux, fakeapi.Options{
+		Authorized: func(r *http.Request) bool {
+			return r.Header.Get("x-modal-token-id") == f.TokenID && r.Header.Get("x-modal-token-secret") == f.TokenSecret
+		},
+		Kind: func(r *http.Request) fakeapi.Kind {
+			switch {
+			case strings.HasSuffix(r.URL.Path, "/SandboxCreate"):
+				return fakeapi.Create
+			case strings.HasSuffix(r.URL.Path, "/SandboxTerminate"):
+				return fakeapi.Delete
+			case strings.HasSuffix(r.URL.Path, "/SandboxList"):
+				return fakeapi.List
+			}
+			return fakeapi.Other
+		},
+		WriteError: writeError,
+	})
+	f.proxy = httptest.NewServer(http.HandlerFunc(f.serveTunnel))
+	t.Cleanup(func() {
+		f.proxy.Close()
+		f.tr.CloseIdleConnections()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, s := range f.sandboxes {
+			s.computer.Close()
+		}
+		f.sandboxes = map[string]*Sandbox{}
+	})
+	return f
+}
+
+// Transport sends requests for tunnel hosts to the fake's tunnel listener.
+func (f *Fake) Transport() *http.Transport {
+	return fakeapi.HostTransport("."+TunnelDomain, f.proxy.Listener.Addr().String())
+}
+
+// Sandboxes returns the running sandboxes.
+func (f *Fake) Sandboxes() []Sandbox {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Sandbox, 0, len(f.sandboxes))
+	for _, s := range f.sandboxes {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Exists reports whether a running sandbox is tagged label=value.
+func (f *Fake) Exists(label, value string) bool {
+	for _, s := range f.Sandboxes() {
+		if s.Tags[label] == value {
+			return true
+		}
+	}
+	return false
+}
+
+func randomID(prefix string) string {
+	b := make([]byte, 11)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "content type "+ct+" is not application/json")
+		return false
+	}
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func (f *Fake) appGetOrCreate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		AppName            string `json:"appName"`
+		ObjectCreationType string `json:"objectCreationType"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.AppName == "" {
+		writeError(w, http.StatusBadRequest, "appName is required")
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.apps[req.AppName]
+	if !ok {
+		if req.ObjectCreationType != "OBJECT_CREATION_TYPE_CREATE_IF_MISSING" {
+			writeError(w, http.StatusNotFound, "App '"+req.AppName+"' not found")
+			return
+		}
+		id = randomID("ap-")
+		f.apps[req.AppName] = id
+	}
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]string{"appId": id})
+}
+
+func (f *Fake) knownApp(id string) bool {
+	for _, a := range f.apps {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Fake) secretGetOrCreate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ObjectCreationType string            `json:"objectCreationType"`
+		EnvDict            map[string]string `json:"envDict"`
+		AppID              string            `json:"appId"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if req.ObjectCreationType == "OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP" && !f.knownApp(req.AppID) {
+		writeError(w, http.StatusNotFound, "app not found")
+		return
+	}
+	id := randomID("st-")
+	f.secrets[id] = req.EnvDict
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"secretId": id})
+}
+
+func (f *Fake) sandboxCreate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		AppID      string `json:"appId"`
+		Definition struct {
+			ImageID     string   `json:"imageId"`
+			TimeoutSecs int      `json:"timeoutSecs"`
+			SecretIDs   []string `json:"secretIds"`
+			OpenPorts   struct {
+				Ports []struct {
+					Port int `json:"port"`
+				} `json:"ports"`
+			} `json:"openPorts"`
+		} `json:"definition"`
+		Tags []struct {
+			TagName  string `json:"tagName"`
+			TagValue string `json:"tagValue"`
+		} `json:"tags"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	if !f.knownApp(req.AppID) {
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "app not found")
+		return
+	}
+	if !f.Images[req.Definition.ImageID] {
+		f.mu.Unlock()
+		writeError(w, http.StatusNotFound, "Image "+req.Definition.ImageID+" not found")
+		return
+	}
+	env := map[string]string{}
+	for _, id := range req.Definition.SecretIDs {
+		sec, ok := f.secrets[id]
+		if !ok {
+			f.mu.Unlock()
+			writeError(w, http.StatusNotFound, "Secret "+id+" not found")
+			return
+		}
+		for k, v := range sec {
+			env[k] = v
+		}
+	}
+	f.mu.Unlock()
+	if req.Definition.TimeoutSecs <= 0 || req.Definition.TimeoutSecs > 24*3600 {
+		writeError(w, http.StatusBadRequest, "timeoutSecs must be between 1 and 86400")
+		return
+	}
+	c, err := fakeapi.StartComputer(f.dir, env[computerd.EnvTokenHash], env)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "sandbox failed to start")
+		return
+	}
+	s := &Sandbox{ID: randomID("sb-"), AppID: req.AppID, ImageID: req.Definition.ImageID,
+		TimeoutSecs: req.Definition.TimeoutSecs, Tags: map[string]string{}, Env: env, computer: c}
+	for _, p := range req.Definition.OpenPorts.Ports {
+		s.Ports = append(s.Ports, p.Port)
+	}
+	for _, t := range req.Tags {
+		s.Tags[t.TagName] = t.TagValue
+	}
+	f.mu.Lock()
+	f.sandboxes[s.ID] = s
+	f.mu.Unlock()
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"sandboxId": s.ID})
+}
+
+func (f *Fake) tunnels(s *Sandbox) []map[string]any {
+	out := []map[string]any{}
+	for _, p := range s.Ports {
+		out = append(out, map[string]any{"host": strings.TrimPrefix(s.ID, "sb-") + "-" + itoa(p) + "." + TunnelDomain, "port": 443, "containerPort": p})
+	}
+	return out
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func (f *Fake) sandboxGetTunnels(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		SandboxID string `json:"sandboxId"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	s := f.sandboxes[req.SandboxID]
+	f.mu.Unlock()
+	if s == nil {
+		writeError(w, http.StatusNotFound, "Sandbox "+req.SandboxID+" not found")
+		return
+	}
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"result": map[string]any{"status": "GENERIC_STATUS_UNSPECIFIED"}, "tunnels": f.tunnels(s)})
+}
+
+func (f *Fake) sandboxList(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		AppID string `json:"appId"`
+		Tags  []struct {
+			TagName  string `json:"tagName"`
+			TagValue string `json:"tagValue"`
+		} `json:"tags"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []map[string]any{}
+	ids := make([]string, 0, len(f.sandboxes))
+	for id := range f.sandboxes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := f.sandboxes[id]
+		ok := req.AppID == "" || s.AppID == req.AppID
+		for _, t := range req.Tags {
+			ok = ok && s.Tags[t.TagName] == t.TagValue
+		}
+		if !ok {
+			continue
+		}
+		tags := []map[string]string{}
+		for k, v := range s.Tags {
+			tags = append(tags, map[string]string{"tagName": k, "tagValue": v})
+		}
+		out = append(out, map[string]any{"id": s.ID, "appId": s.AppID, "imageId": s.ImageID, "tags": tags,
+			"timeoutSecs": s.TimeoutSecs, "tunnels": f.tunnels(s), "taskInfo": map[string]any{"id": "ta-" + s.ID, "sandboxId": s.ID}})
+	}
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
+}
+
+func (f *Fake) sandboxTerminate(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		SandboxID string `json:"sandboxId"`
+	}
+	if !decode(w, r, &req) {
+		return
+	}
+	f.mu.Lock()
+	s := f.sandboxes[req.SandboxID]
+	delete(f.sandboxes, req.SandboxID)
+	f.mu.Unlock()
+	if s == nil {
+		writeError(w, http.StatusNotFound, "Sandbox "+req.SandboxID+" not found")
+		return
+	}
+	s.computer.Close()
+	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{})
+}
+
+func (f *Fake) serveTunnel(w http.ResponseWriter, r *http.Request) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(host, "."+TunnelDomain)
+	id, port, ok2 := strings.Cut(label, "-")
+	if !ok || !ok2 {
+		http.Error(w, "unknown tunnel", http.StatusBadGateway)
+		return
+	}
+	f.mu.Lock()
+	s := f.sandboxes["sb-"+id]
+	f.mu.Unlock()
+	if s == nil || port != itoa(computerd.Port) {
+		http.Error(w, "no such tunnel", http.StatusNotFound)
+		return
+	}
+	fakeapi.ReverseTo(s.computer.URL, f.tr).ServeHTTP(w, r)
+}
