@@ -301,6 +301,35 @@ func TestLiveView(t *testing.T) {
 		}
 	})
 
+	t.Run("reconnects", func(t *testing.T) {
+		// The encoder dies: computerd drops its viewers, and the page
+		// connects again by itself and shows the screen again.
+		before, _ := pageState(bctx)
+		lb := s.exec("lv", "pkill -x ffmpeg; echo $?")
+		if strings.TrimSpace(lb.Stdout) != "0" {
+			t.Fatalf("pkill ffmpeg: %+v", lb)
+		}
+		var connects struct {
+			Connects int `json:"connects"`
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			connects, _ = chromedp.Run(bctx, chromedp.Evaluate[struct {
+				Connects int `json:"connects"`
+			}](`window.berthView`))
+			v, _ := pageState(bctx)
+			if connects.Connects > 1 && v.State == "connected" && v.FramesDecoded > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the page did not reconnect: %+v (before: %+v)", v, before)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		s.exec("lv", "xsetroot -solid '#ff0000'")
+		waitColour(t, bctx, [3]int{255, 0, 0}, 10*time.Second)
+	})
+
 	t.Run("idle stop", func(t *testing.T) {
 		if got := encoders(s, "lv"); got == "" {
 			t.Fatalf("no encoder runs while the page watches")

@@ -52,25 +52,32 @@ func needTools(t *testing.T) {
 	}
 }
 
-// xvfb starts a virtual screen and returns its display.
+// xvfb starts a virtual screen on a display number it picks itself
+// (-displayfd) and returns the display.
 func xvfb(t *testing.T, w, h int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, wr, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 100 + ln.Addr().(*net.TCPAddr).Port%800
-	ln.Close()
-	disp := fmt.Sprintf(":%d", n)
-	cmd := exec.Command("Xvfb", disp, "-screen", "0", fmt.Sprintf("%dx%dx24", w, h), "-nolisten", "tcp", "-noreset")
+	defer r.Close()
+	cmd := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", fmt.Sprintf("%dx%dx24", w, h), "-nolisten", "tcp", "-noreset")
+	cmd.ExtraFiles = []*os.File{wr}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	wr.Close()
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var n int
+	if _, err := fmt.Fscan(r, &n); err != nil {
+		t.Fatalf("Xvfb did not start: %v", err)
+	}
+	disp := fmt.Sprintf(":%d", n)
 	deadline := time.Now().Add(10 * time.Second)
 	for exec.Command("xdpyinfo", "-display", disp).Run() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("Xvfb %s did not start", disp)
+			t.Fatalf("Xvfb %s does not answer", disp)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
