@@ -115,6 +115,7 @@ type viewState struct {
 	Height             int     `json:"height"`
 	FPS                float64 `json:"fps"`
 	LocalCandidateType string  `json:"localCandidateType"`
+	RelayProtocol      string  `json:"relayProtocol"`
 	Error              string  `json:"error"`
 	FirstFrameMs       float64 `json:"firstFrameMs"`
 }
@@ -276,6 +277,26 @@ func TestLiveView(t *testing.T) {
 		}
 		resp.Body.Close()
 		s.must("POST", "/v1/agents/lv/computer/view", nil, 201, &g2)
+		resp, err = http.Post(s.url+"/view/"+session+"/leave?token="+g2.Token, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	})
+
+	t.Run("TURN over TCP", func(t *testing.T) {
+		// A viewer whose network blocks UDP reaches the relay over TCP.
+		var g2 liveview.Grant
+		s.must("POST", "/v1/agents/lv/computer/view", nil, 201, &g2)
+		tctx := browser(t, ctx)
+		if err := chromedp.Do(tctx, chromedp.Navigate(g2.URL+"&turn=tcp")); err != nil {
+			t.Fatal(err)
+		}
+		v := waitView(t, tctx, 30*time.Second, func(v viewState) bool { return v.FramesDecoded > 0 && v.RelayProtocol != "" })
+		if v.LocalCandidateType != "relay" || v.RelayProtocol != "tcp" {
+			t.Errorf("selected local candidate %s over %q, want relay over tcp", v.LocalCandidateType, v.RelayProtocol)
+		}
+		chromedp.Do(tctx, chromedp.Navigate("about:blank"))
 	})
 
 	t.Run("TURN refusals", func(t *testing.T) {
