@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"image/png"
 	"log/slog"
 	"net"
 	"net/http"
@@ -227,6 +228,27 @@ func TestLiveView(t *testing.T) {
 		}
 		waitColour(t, bctx, c.rgb, 10*time.Second)
 	}
+
+	t.Run("screenshot", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/v1/agents/lv/computer/screenshot", nil)
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		img, err := png.Decode(resp.Body)
+		if resp.StatusCode != 200 || err != nil {
+			t.Fatalf("screenshot: %d %v", resp.StatusCode, err)
+		}
+		if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 720 {
+			t.Errorf("screenshot is %v, want 1280x720", b)
+		}
+		// The last colour painted (blue) is on the root window.
+		if r, g, b, _ := img.At(8, 360).RGBA(); r>>8 > 40 || g>>8 > 40 || b>>8 < 200 {
+			t.Errorf("screenshot pixel %d,%d,%d, want blue", r>>8, g>>8, b>>8)
+		}
+	})
 
 	t.Run("token for another session", func(t *testing.T) {
 		other := startDesktop(s, "lv2")

@@ -35,6 +35,7 @@ type Handler struct {
 	// view is off.
 	Views interface {
 		Issue(ctx context.Context, agent, base string) (liveview.Grant, error)
+		Screenshot(ctx context.Context, agent string) ([]byte, error)
 	}
 }
 
@@ -59,6 +60,7 @@ func (h *Handler) routes() {
 	h.toolRoutes()
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
 	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(h.view))
+	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.Protect(http.HandlerFunc(h.screenshot)))
 	m.Handle("GET /v1/usage", h.auth(h.usage))
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
 	m.Handle("POST /v1/companions/pair-codes", h.auth(h.createPairCode))
@@ -370,4 +372,20 @@ func (h *Handler) view(w http.ResponseWriter, r *http.Request) (any, int, error)
 	}
 	g, err := h.Views.Issue(r.Context(), r.PathValue("agent"), scheme+"://"+r.Host)
 	return g, http.StatusCreated, err
+}
+
+// screenshot answers a PNG of the agent's desktop, for previews.
+func (h *Handler) screenshot(w http.ResponseWriter, r *http.Request) {
+	if h.Views == nil {
+		writeError(w, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable,
+			Message: "live view is off on this supervisor (set TURN_LISTEN, or run berth dev)"})
+		return
+	}
+	png, err := h.Views.Screenshot(r.Context(), r.PathValue("agent"))
+	if err != nil {
+		writeError(w, h.logged(r, err))
+		return
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Write(png)
 }

@@ -184,6 +184,27 @@ func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) 
 	return Grant{Session: x.ID, Viewer: viewer, Token: tok, URL: u, ExpiresAt: exp.UTC(), DesktopUsers: m.cfg.DesktopUsers, Viewers: n}, nil
 }
 
+// Screenshot returns a PNG of the agent's running desktop, for previews.
+func (m *Manager) Screenshot(ctx context.Context, agent string) ([]byte, error) {
+	x, err := m.cfg.Store.LiveSession(ctx, agent)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("agent %q has no running computer; call computer_start first", agent)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := m.viewable(x); err != nil {
+		return nil, err
+	}
+	png, err := m.desktopClient(x).Screenshot(ctx)
+	if err != nil {
+		m.log.Warn("screenshot", "session", x.ID, "err", err)
+		return nil, &supervisor.Error{Status: http.StatusBadGateway, Code: supervisor.CodeProvider, Message: "the computer did not answer with a screenshot; retrying may help"}
+	}
+	return png, nil
+}
+
 // prune drops the session's expired seats and returns its seats; m.mu is
 // held.
 func (m *Manager) prune(session string, now time.Time) map[string]time.Time {
