@@ -24,6 +24,7 @@ import (
 	"github.com/berthdev/berth/providers/providertest"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/client"
 	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
@@ -112,6 +113,16 @@ func TestBrowserSession(t *testing.T) {
 	}
 	if body := s.fake.lastCreate; body["timeout"] != float64(5) {
 		t.Errorf("create body %v: want the lease (300 s) as a 5-minute timeout", body)
+	}
+
+	// The Go client (and so berth mcp) carries the same URLs.
+	cl, err := client.New(s.srv.URL, operator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := cl.Start(t.Context(), "bb")
+	if err != nil || again.ID != v.ID || again.Browser == nil || again.Browser.CDPURL != v.Browser.CDPURL || again.Browser.LiveViewURL != v.Browser.LiveViewURL {
+		t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
 	}
 
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -69,6 +69,15 @@ type Session struct {
 	// Message explains a state that needs a person, such as uncertain or
 	// cleanup_failed.
 	Message string `json:"message,omitempty"`
+	// Browser is set for a hosted browser session: its CDP and live-view
+	// URLs (such a session has no shell or files).
+	Browser *Browser `json:"browser,omitempty"`
+}
+
+// Browser is what a hosted browser session offers in place of a computer.
+type Browser struct {
+	CDPURL      string `json:"cdpUrl"`
+	LiveViewURL string `json:"liveViewUrl,omitempty"`
 }
 
 // Budget is a connection's time budget for one UTC day.

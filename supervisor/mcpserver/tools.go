@@ -249,6 +249,11 @@ func startText(x *client.Session) string {
 		}
 		return msg
 	}
+	if b := x.Browser; b != nil {
+		return fmt.Sprintf("Browser running: session %s on %s, %d s left, until %s. It has no shell or files: "+
+			"drive it over its CDP URL %s (live view: %s); computer_stop releases it.",
+			x.ID, x.Provider, x.RemainingSeconds, x.ExpiresAt.UTC().Format(time.RFC3339), b.CDPURL, b.LiveViewURL)
+	}
 	image := ""
 	if x.Image != "" {
 		image = ", image " + x.Image
