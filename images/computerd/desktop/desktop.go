@@ -29,6 +29,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/clock"
 )
 
 // Environment variables a desktop computer is configured with.
@@ -63,7 +64,9 @@ type Config struct {
 	// carry only credentials.
 	TURNHost string
 	TURNPort int
-	Logger   *slog.Logger
+	// Clock times the idle stop (default the real clock).
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // ConfigFromEnv reads a Config from the environment of a desktop computer.
@@ -117,8 +120,8 @@ type Desktop struct {
 
 	mu       sync.Mutex
 	encoders map[string]*encoder
-	holds    map[string]int // viewers and warm requests per codec
-	idle     map[string]*time.Timer
+	holds    map[string]int           // viewers and warm requests per codec
+	idle     map[string]chan struct{} // closed to cancel an idle stop
 	viewers  map[*viewer]struct{}
 	closed   bool
 	seq      int
@@ -139,9 +142,12 @@ func New(cfg Config) *Desktop {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	d := &Desktop{
 		cfg: cfg, log: cfg.Logger.With("component", "desktop"), mux: http.NewServeMux(),
-		encoders: map[string]*encoder{}, holds: map[string]int{}, idle: map[string]*time.Timer{}, viewers: map[*viewer]struct{}{},
+		encoders: map[string]*encoder{}, holds: map[string]int{}, idle: map[string]chan struct{}{}, viewers: map[*viewer]struct{}{},
 	}
 	d.mux.HandleFunc("POST "+PathOffer, d.handleOffer)
 	d.mux.HandleFunc("POST "+PathWarm, d.handleWarm)
@@ -168,8 +174,9 @@ func (d *Desktop) Close() error {
 	for _, e := range d.encoders {
 		es = append(es, e)
 	}
-	for _, t := range d.idle {
-		t.Stop()
+	for c, stop := range d.idle {
+		close(stop)
+		delete(d.idle, c)
 	}
 	d.mu.Unlock()
 	for _, v := range vs {
@@ -191,8 +198,8 @@ func (d *Desktop) acquire(codec string) (*encoder, error) {
 	if d.closed {
 		return nil, errors.New("desktop: shutting down")
 	}
-	if t := d.idle[codec]; t != nil {
-		t.Stop()
+	if stop := d.idle[codec]; stop != nil {
+		close(stop)
 		delete(d.idle, codec)
 	}
 	e := d.encoders[codec]
@@ -219,7 +226,15 @@ func (d *Desktop) release(codec string) {
 	if e == nil || d.closed {
 		return
 	}
-	d.idle[codec] = time.AfterFunc(d.cfg.IdleStop, func() { d.idleStop(codec, e) })
+	stop, fire := make(chan struct{}), d.cfg.Clock.After(d.cfg.IdleStop)
+	d.idle[codec] = stop
+	go func() {
+		select {
+		case <-fire:
+			d.idleStop(codec, e)
+		case <-stop:
+		}
+	}()
 }
 
 func (d *Desktop) idleStop(codec string, e *encoder) {
@@ -229,7 +244,10 @@ func (d *Desktop) idleStop(codec string, e *encoder) {
 		return
 	}
 	delete(d.encoders, codec)
-	delete(d.idle, codec)
+	if stop := d.idle[codec]; stop != nil {
+		close(stop)
+		delete(d.idle, codec)
+	}
 	d.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/relay/turnserver"
 )
 
@@ -234,5 +235,40 @@ func TestScreenshot(t *testing.T) {
 	b.ReadFrom(resp.Body)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/png" || !strings.HasPrefix(b.String(), "\x89PNG") {
 		t.Fatalf("screenshot: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), b.String()[:min(16, b.Len())])
+	}
+}
+
+// TestIdleStop: a warm request starts the encoder; it stops when the idle
+// time has passed on the clock with no viewer, and not before.
+func TestIdleStop(t *testing.T) {
+	needTools(t)
+	disp := xvfb(t, 320, 240)
+	clk := clock.NewFake(time.Now())
+	d := desktop.New(desktop.Config{Display: disp, Width: 320, Height: 240, IdleStop: time.Minute, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})
+	defer d.Close()
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	c := desktop.NewClient(srv.URL, "", nil, nil)
+	st, err := c.Warm(context.Background(), desktop.WarmRequest{})
+	if err != nil || len(st.Encoders) != 1 || st.Encoders[0].Codec != desktop.CodecH264 {
+		t.Fatalf("warm: %+v %v", st, err)
+	}
+	pid := st.Encoders[0].PID
+	// A second warm request shares the encoder and restarts the idle time.
+	clk.Advance(50 * time.Second)
+	if st, _ := c.Warm(context.Background(), desktop.WarmRequest{}); len(st.Encoders) != 1 || st.Encoders[0].PID != pid {
+		t.Fatalf("second warm: %+v, want the same encoder %d", st, pid)
+	}
+	clk.Advance(50 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	if syscall.Kill(pid, 0) != nil || len(d.Status().Encoders) != 1 {
+		t.Fatalf("the encoder stopped before the idle time since the last request")
+	}
+	clk.Advance(11 * time.Second)
+	waitFor(t, 5*time.Second, "encoder stop", func() bool { return len(d.Status().Encoders) == 0 && syscall.Kill(pid, 0) != nil })
+	// Bad input is refused with the field named.
+	if _, err := c.Warm(context.Background(), desktop.WarmRequest{Codec: "av1"}); err == nil || !strings.Contains(err.Error(), "codec") {
+		t.Errorf("warm av1: %v", err)
 	}
 }
