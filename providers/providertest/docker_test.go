@@ -111,3 +111,30 @@ func TestDocker(t *testing.T) {
 }
 
 var _ providers.Lister = (*recording)(nil)
+
+// BenchmarkCycleDocker times a session on the real engine against the
+// same on providers/fake:
+//
+//	go test ./providers/providertest -run '^$' -bench Cycle -benchtime 10x
+func BenchmarkCycleDocker(b *testing.B) {
+	host := os.Getenv(docker.SettingSocket)
+	if host == "" {
+		host = docker.DefaultSocket
+	}
+	cli, err := client.New(client.WithHost(host))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.ImageInspect(b.Context(), dockerImage); err != nil {
+		b.Skipf("no engine or no %s (%v); start the engine and run `make images`", dockerImage, err)
+	}
+	d, err := docker.New(docker.Options{Host: host, HeadlessImage: dockerImage, DesktopImage: dockerImage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	providertest.BenchmarkCycle(b, providertest.Harness{ID: "docker", New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		return providertest.Target{Provider: d, Exists: func(context.Context, string, string) (bool, error) { return false, nil }}
+	}})
+}
