@@ -122,9 +122,10 @@ func parse(r io.Reader, other io.Writer) (rows []row, failures []string) {
 			pkg = path.Base(strings.TrimSpace(strings.TrimPrefix(line, "pkg: ")))
 			inFail = false
 			continue
-		case strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "panic:"):
+		case strings.HasPrefix(line, "FAIL") || strings.HasPrefix(strings.TrimSpace(line), "--- FAIL") || strings.HasPrefix(line, "panic:"):
+			// A failed sub-benchmark's line is indented.
 			failures = append(failures, line)
-			inFail = strings.HasPrefix(line, "--- FAIL") || strings.HasPrefix(line, "panic:")
+			inFail = !strings.HasPrefix(line, "FAIL")
 			continue
 		}
 		inFail = false
