@@ -107,7 +107,7 @@ type viewer struct {
 	bytes  atomic.Int64
 }
 
-func watch(t *testing.T, ctx context.Context, base, turnAddr, codec string) (*viewer, desktop.OfferAnswer) {
+func watch(t *testing.T, ctx context.Context, base, turnAddr, codec string, id ...string) (*viewer, desktop.OfferAnswer) {
 	t.Helper()
 	vc, _ := turnserver.Issue(secret, "viewer", time.Now(), time.Minute)
 	cc, _ := turnserver.Issue(secret, "computer", time.Now(), time.Minute)
@@ -147,7 +147,7 @@ func watch(t *testing.T, ctx context.Context, base, turnAddr, codec string) (*vi
 	done := webrtc.GatheringCompletePromise(pc)
 	pc.SetLocalDescription(offer)
 	<-done
-	body, _ := json.Marshal(desktop.OfferRequest{SDP: pc.LocalDescription().SDP, Codec: codec,
+	body, _ := json.Marshal(desktop.OfferRequest{SDP: pc.LocalDescription().SDP, Codec: codec, Viewer: strings.Join(id, ""),
 		ICEServers: []desktop.ICEServer{{URLs: []string{"turn:" + turnAddr + "?transport=udp"}, Username: cc.Username, Credential: cc.Password}}})
 	req, _ := http.NewRequestWithContext(ctx, "POST", base+desktop.PathOffer, bytes.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
@@ -215,6 +215,27 @@ func TestStreamThroughTURN(t *testing.T) {
 				return len(d.Status().Encoders) == 0 && syscall.Kill(pid, 0) != nil
 			})
 		})
+	}
+}
+
+// TestReconnectReplaces: a viewer that connects again under the same id
+// replaces its old connection instead of holding two.
+func TestReconnectReplaces(t *testing.T) {
+	needTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	disp := xvfb(t, 320, 240)
+	turnAddr := turnServer(t)
+	d := desktop.New(desktop.Config{Display: disp, Width: 320, Height: 240, Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})
+	defer d.Close()
+	srv := httptest.NewServer(d)
+	defer srv.Close()
+	v1, _ := watch(t, ctx, srv.URL, turnAddr, "", "w1")
+	waitFor(t, 15*time.Second, "frames at the first connection", func() bool { return v1.frames.Load() > 0 })
+	v2, _ := watch(t, ctx, srv.URL, turnAddr, "", "w1")
+	waitFor(t, 15*time.Second, "frames at the second connection", func() bool { return v2.frames.Load() > 0 })
+	if st := d.Status(); st.Viewers != 1 {
+		t.Errorf("viewers = %d after the same viewer connected again, want 1", st.Viewers)
 	}
 }
 

@@ -173,13 +173,23 @@ func (d *Desktop) handleOffer(w http.ResponseWriter, r *http.Request) {
 // while pion gathers relay candidates, then answers with all of them.
 func (d *Desktop) answer(ctx context.Context, req OfferRequest, codec string, servers []webrtc.ICEServer) (OfferAnswer, int, error) {
 	d.mu.Lock()
-	n := len(d.viewers)
 	d.seq++
 	id := req.Viewer
 	if id == "" {
 		id = "v" + strconv.Itoa(d.seq)
 	}
+	// A viewer that connects again replaces its old connection.
+	var old []*viewer
+	for v := range d.viewers {
+		if v.id == id {
+			old = append(old, v)
+		}
+	}
+	n := len(d.viewers) - len(old)
 	d.mu.Unlock()
+	for _, v := range old {
+		v.close()
+	}
 	if n >= d.cfg.MaxViewers {
 		return OfferAnswer{}, http.StatusTooManyRequests, fmt.Errorf("viewers: %d already watch this computer (at most %d)", n, d.cfg.MaxViewers)
 	}

@@ -73,14 +73,15 @@ func run(log *slog.Logger) error {
 	log = log.With("computer", id)
 	cfg := server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log}
 	if os.Getenv(desktop.EnvDesktop) == "1" {
-		dc, err := desktop.ConfigFromEnv(os.Getenv)
-		if err != nil {
-			return err
+		// A bad desktop setting leaves the computer usable without its screen.
+		if dc, err := desktop.ConfigFromEnv(os.Getenv); err != nil {
+			log.Error("live view and screenshots are off", "err", err)
+		} else {
+			dc.Logger = log
+			d := desktop.New(dc)
+			defer d.Close()
+			cfg.Desktop = d
 		}
-		dc.Logger = log
-		d := desktop.New(dc)
-		defer d.Close()
-		cfg.Desktop = d
 	}
 	srv := server.New(cfg)
 	ln, err := net.Listen("tcp", addr)
