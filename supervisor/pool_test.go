@@ -23,6 +23,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// testContext ends with the test, and after 30 s at most.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // pooler is a provider whose computers are real computerd servers on
 // loopback, with a warm pool; brokenBind makes its pool computers refuse
 // every bind, as a computer whose daemon went wrong would.
@@ -100,7 +107,7 @@ func (p *pooler) closeAll() {
 // running until the test ends.
 func poolEnv(t *testing.T, p *pooler) (*supervisor.Service, store.Store) {
 	t.Helper()
-	ctx := t.Context()
+	ctx := testContext(t)
 	p.t, p.servers = t, map[string]*httptest.Server{}
 	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
 	if err != nil {
@@ -163,7 +170,7 @@ func waitPool(t *testing.T, svc *supervisor.Service, waiting int) {
 func TestPoolClaimAndBind(t *testing.T) {
 	p := &pooler{size: 2}
 	svc, st := poolEnv(t, p)
-	ctx := t.Context()
+	ctx := testContext(t)
 	waitPool(t, svc, 2)
 	if _, err := svc.Start(ctx, "a1"); err != nil {
 		t.Fatal(err)
@@ -202,7 +209,7 @@ func TestPoolClaimAndBind(t *testing.T) {
 func TestPoolBindFailure(t *testing.T) {
 	p := &pooler{size: 1, brokenBind: true}
 	svc, st := poolEnv(t, p)
-	ctx := t.Context()
+	ctx := testContext(t)
 	waitPool(t, svc, 1)
 	v, err := svc.Start(ctx, "a1")
 	if err != nil || v.State != store.StateRunning {
