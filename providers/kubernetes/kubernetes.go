@@ -88,7 +88,14 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return New(o)
+		switch reach := cfg.Get(SettingReach, ReachPodIP); reach {
+		case ReachPodIP:
+			return New(o)
+		case ReachPortForward:
+			return NewPortForwarding(o)
+		default:
+			return nil, fmt.Errorf("%s=%q: want %s or %s", SettingReach, reach, ReachPodIP, ReachPortForward)
+		}
 	})
 	providers.Describe(ID, (*Kubernetes)(nil))
 }
@@ -168,6 +175,8 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 type Kubernetes struct {
 	o   Options
 	c   kubernetes.Interface
+	rc  *rest.Config // nil when Options.Client was given
+	pf  *portForwarder
 	log *slog.Logger
 }
 
@@ -224,6 +233,7 @@ func New(o Options) (*Kubernetes, error) {
 		if err != nil {
 			return nil, err
 		}
+		k.rc = rc
 		if k.c, err = kubernetes.NewForConfig(rc); err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
@@ -576,6 +586,7 @@ func (*Kubernetes) Describe() providers.Description {
 			{Name: SettingSupervisorSelector, Default: DefaultSupervisorSelector, Help: "label selector of the supervisor's pods, the only ones that reach computerd"},
 			{Name: SettingSupervisorNamespace, Help: "the supervisor's namespace (default: the computers')"},
 			{Name: SettingSupervisorCIDR, Help: "an address range allowed to reach computerd, for a supervisor outside the cluster"},
+			{Name: SettingReach, Default: ReachPodIP, Help: "how the supervisor reaches computerd: pod-ip, or port-forward through the API server for a supervisor outside the cluster"},
 		},
 	}
 }

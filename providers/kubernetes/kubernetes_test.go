@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/providertest"
 )
@@ -275,6 +278,28 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestReachSetting checks KUBERNETES_REACH and that the port-forward
+// reach needs a cluster configuration.
+func TestReachSetting(t *testing.T) {
+	f, _ := providers.Lookup(ID)
+	if _, err := f(providers.Config{Getenv: func(k string) string {
+		return map[string]string{SettingReach: "tunnel", SettingAPIURL: "https://127.0.0.1:1"}[k]
+	}}); err == nil || !strings.Contains(err.Error(), SettingReach) {
+		t.Errorf("a bad reach: %v, want an error naming %s", err, SettingReach)
+	}
+	if _, err := NewPortForwarding(Options{Client: newFakeCluster(t).cs}); !errors.Is(err, errNoRESTConfig) {
+		t.Errorf("port-forward without a cluster configuration: %v", err)
+	}
+	pf, err := NewPortForwarding(Options{APIURL: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := pf.Transport(providers.Machine{ID: "p"}, nil), pf.Transport(providers.Machine{ID: "p"}, nil); a != b {
+		t.Errorf("a pod's transport is not kept between calls")
+	}
+	pf.Close()
+}
+
 // TestSettings checks the settings' errors name the setting.
 func TestSettings(t *testing.T) {
 	get := func(m map[string]string) providers.Config {
@@ -371,6 +396,41 @@ func TestCluster(t *testing.T) {
 		}
 		t.Logf("pod %s running at %s", m.ID, m.Endpoint)
 	})
+	t.Run("PortForward", func(t *testing.T) {
+		// computerd reached through the API server, as from outside the
+		// cluster: a command's output and the user it runs as.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+		defer cancel()
+		pf, err := NewPortForwarding(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pf.Close()
+		tok := "port-forward-test-token"
+		s := testSpec()
+		s.ComputerID = "portfwd" + time.Now().Format("150405")
+		s.TokenHash = token.Hash(tok)
+		m, err := pf.Create(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pf.Destroy(context.WithoutCancel(ctx), m.ID)
+		c := computerd.NewClient("http://"+m.ID, tok, computerd.WithHTTPClient(&http.Client{Transport: pf.Transport(m, nil)}))
+		var res computerd.ExecResult
+		for {
+			res, err = c.Exec(ctx, computerd.ExecRequest{Command: "id -u; cat /proc/self/status | grep CapEff", TimeoutMs: 10000})
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("exec through port-forward: %v", err)
+		}
+		if !strings.HasPrefix(res.Stdout, "1000\n") || !strings.Contains(res.Stdout, "CapEff:\t0000000000000000") {
+			t.Errorf("exec through port-forward: %+v, want uid 1000 and no effective capabilities", res)
+		}
+	})
 	providertest.Run(t, providertest.Harness{
 		ID:           ID,
 		ReadyTimeout: 2 * time.Minute,
@@ -383,5 +443,21 @@ func TestCluster(t *testing.T) {
 			}
 			return providertest.Target{Provider: k, Exists: exists}
 		},
+	})
+	t.Run("PortForwardConformance", func(t *testing.T) {
+		providertest.Run(t, providertest.Harness{
+			ID:           ID,
+			ReadyTimeout: 2 * time.Minute,
+			New: func(pt providertest.T, log *slog.Logger) providertest.Target {
+				o := o
+				o.Logger = log
+				pf, err := NewPortForwarding(o)
+				if err != nil {
+					pt.Fatalf("%v", err)
+				}
+				pt.Cleanup(pf.Close)
+				return providertest.Target{Provider: pf, Exists: exists}
+			},
+		})
 	})
 }
