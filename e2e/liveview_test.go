@@ -676,6 +676,12 @@ func BenchmarkLiveViewFirstFrame(b *testing.B) {
 		lb.waitNoEncoder(b)
 		return v.FirstFrameMs
 	}
+	// computerd idle, the streamer configured but no viewer yet.
+	var rssKB float64
+	x := lb.s.exec(lb.agent, "awk '/^VmRSS/ { print $2 }' /proc/1/status")
+	if _, err := fmt.Sscan(x.Stdout, &rssKB); err != nil {
+		b.Fatalf("computerd RSS: %q", x.Stdout)
+	}
 	first(false) // the browser's own first start is not the page's cost
 	var warm, cold []float64
 	b.ResetTimer()
@@ -684,6 +690,7 @@ func BenchmarkLiveViewFirstFrame(b *testing.B) {
 		cold = append(cold, first(true))
 	}
 	b.StopTimer()
+	b.ReportMetric(rssKB/1024, "computerd-idle-rss-MB")
 	b.ReportMetric(median(warm), "warm-first-frame-ms")
 	b.ReportMetric(median(cold), "base-cold-first-frame-ms")
 	b.ReportMetric(median(warm)/median(cold), "ratio")
