@@ -77,6 +77,11 @@ func TestCreateRequest(t *testing.T) {
 	if strings.Contains(cmd, "k'") && strings.Contains(cmd, "apiKey") {
 		t.Errorf("the key reached the VM: %s", cmd)
 	}
+	ps := spec("k")
+	ps.Env = map[string]string{"HTTPS_PROXY": "http://c1:secret@172.17.0.1:3128", "http_proxy": "http://c1:secret@172.17.0.1:3128", "TURN_PORT": "3478"}
+	if cmd := DockerRun(ps, "img:1"); strings.Contains(cmd, "PROXY") || strings.Contains(cmd, "proxy") || !strings.Contains(cmd, "'TURN_PORT=3478'") {
+		t.Errorf("a hosted computer must not get the supervisor's egress proxy, and keeps the rest: %s", cmd)
+	}
 }
 
 // TestErrors maps Boat's answers.

@@ -27,7 +27,7 @@ func newTest(t testing.TB, f *fakeRailway, log *slog.Logger, image string) *Rail
 
 func spec(c map[string]string) providers.Spec {
 	return providers.Spec{ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		TokenHash: strings.Repeat("ef", 32), Env: map[string]string{"TURN_PUBLIC_HOST": "turn.example"}, Lease: 5 * time.Minute, Credentials: c}
+		TokenHash: strings.Repeat("ef", 32), Env: map[string]string{"TURN_PUBLIC_HOST": "turn.example", "HTTPS_PROXY": "http://c1:egress-secret@172.17.0.1:3128"}, Lease: 5 * time.Minute, Credentials: c}
 }
 
 // TestServiceAndTokens checks the service Railway is asked for and both
@@ -57,6 +57,9 @@ func TestServiceAndTokens(t *testing.T) {
 		for k, v := range vars {
 			if v == f.Token {
 				t.Errorf("the token is in variable %s", k)
+			}
+			if strings.Contains(strings.ToUpper(k), "PROXY") {
+				t.Errorf("a hosted computer got the supervisor's egress proxy: %s", k)
 			}
 		}
 		ctx := providers.WithCredentials(t.Context(), f.creds(kind))
