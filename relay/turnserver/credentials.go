@@ -44,11 +44,16 @@ func password(secret []byte, user string) string {
 	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
+// RefreshGrace is how long after its expiry a credential still refreshes
+// an allocation (and its permissions and channels) made while it was
+// valid: a viewer watches for as long as a session lasts, but no new
+// allocation is ever made with an expired credential.
+const RefreshGrace = 30 * time.Minute
+
 // parseUser splits "expiry:id" and reports whether the username is valid at
-// now: not expired, and not expiring further ahead than MaxTTL (plus a
-// minute of clock skew), so that a leaked secret-less username cannot live
-// long.
-func parseUser(user string, now time.Time) (id string, ok bool) {
+// now: not expired (or, with grace, expired less than grace ago), and not
+// expiring further ahead than MaxTTL plus a minute of clock skew.
+func parseUser(user string, now time.Time, grace time.Duration) (id string, ok bool) {
 	ts, id, found := strings.Cut(user, ":")
 	if !found || id == "" {
 		return "", false
@@ -58,7 +63,7 @@ func parseUser(user string, now time.Time) (id string, ok bool) {
 		return "", false
 	}
 	t := time.Unix(exp, 0)
-	if !now.Before(t) || t.Sub(now) > MaxTTL+time.Minute {
+	if !now.Before(t.Add(grace)) || t.Sub(now) > MaxTTL+time.Minute {
 		return "", false
 	}
 	return id, true

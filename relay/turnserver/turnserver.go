@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pion/stun/v4"
 	"github.com/pion/turn/v5"
 
 	"github.com/berthdev/berth/internal/clock"
@@ -144,11 +145,15 @@ func (s *Server) Issue(id string, ttl time.Duration) (Credentials, error) {
 	return Issue(s.cfg.Secret, id, s.cfg.Clock.Now(), ttl)
 }
 
-// authenticate checks REST credentials: "expiry:id", not expired, not
-// further ahead than MaxTTL, and the HMAC password. The id is the user that
-// quotas count.
+// authenticate checks REST credentials: "expiry:id", not expired (a
+// refresh of an existing allocation gets RefreshGrace), not further ahead
+// than MaxTTL, and the HMAC password. The id is the user that quotas count.
 func (s *Server) authenticate(ra *turn.RequestAttributes) (string, []byte, bool) {
-	id, ok := parseUser(ra.Username, s.cfg.Clock.Now())
+	var grace time.Duration
+	if ra.Method != stun.MethodAllocate {
+		grace = RefreshGrace
+	}
+	id, ok := parseUser(ra.Username, s.cfg.Clock.Now(), grace)
 	if !ok {
 		s.log.Info("turn credential refused", "src", fmt.Sprint(ra.SrcAddr), "reason", "expired or malformed username")
 		return "", nil, false
