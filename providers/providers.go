@@ -175,3 +175,20 @@ func (d Description) Missing(getenv func(string) string) []string {
 type Describer interface {
 	Describe() Description
 }
+
+// proxyVars are the egress proxy's variables in a computer's environment.
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+
+// HostedEnv returns env without the egress proxy's variables: a hosted
+// computer uses its provider's own network, where the supervisor's egress
+// proxy is neither reachable nor wanted (SPEC section 5).
+func HostedEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		out[k] = v
+	}
+	for _, k := range proxyVars {
+		delete(out, k)
+	}
+	return out
+}

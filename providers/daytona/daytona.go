@@ -193,10 +193,7 @@ func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 	if c[CredAPIKey] == "" {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
 	}
-	env := make(map[string]string, len(spec.Env)+2)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
+	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
 	env[computerd.EnvTokenHash] = spec.TokenHash
 	env[computerd.EnvComputerID] = spec.ComputerID
 	snapshot := d.o.HeadlessSnapshot

@@ -66,7 +66,7 @@ func TestConformance(t *testing.T) {
 func spec(creds map[string]string) providers.Spec {
 	return providers.Spec{
 		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b"},
+		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b", "HTTPS_PROXY": "http://c1:pw@172.17.0.1:3128"},
 		Lease: 10 * time.Minute, Credentials: creds,
 	}
 }
@@ -99,6 +99,9 @@ func TestCreateRequest(t *testing.T) {
 	}
 	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || strings.Contains(fmt.Sprint(sb.Env), creds[daytona.CredAPIKey]) {
 		t.Errorf("env %v: want the token hash and never the key", sb.Env)
+	}
+	if sb.Env["A"] != "b" || sb.Env["HTTPS_PROXY"] != "" {
+		t.Errorf("env %v: want the computer's variables without the egress proxy", sb.Env)
 	}
 	if m.ID != sb.ID || m.Header.Get(daytona.PreviewTokenHeader) != sb.Token || !strings.HasPrefix(m.Endpoint, "http://7070-"+sb.ID) {
 		t.Errorf("machine %+v", m)

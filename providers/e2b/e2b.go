@@ -230,10 +230,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if key == "" {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
 	}
-	env := make(map[string]string, len(spec.Env)+2)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
+	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
 	env[computerd.EnvTokenHash] = spec.TokenHash
 	env[computerd.EnvComputerID] = spec.ComputerID
 	lease := spec.Lease

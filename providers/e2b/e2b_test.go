@@ -69,7 +69,7 @@ func testSpec(key string) providers.Spec {
 	return providers.Spec{
 		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
 		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"),
-		Env:   map[string]string{"TURN_PUBLIC_HOST": "turn.example"},
+		Env:   map[string]string{"TURN_PUBLIC_HOST": "turn.example", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128", "https_proxy": "http://c1:pw@172.17.0.1:3128"},
 		Lease: 5 * time.Minute, Credentials: map[string]string{e2b.CredAPIKey: key},
 	}
 }
@@ -103,6 +103,9 @@ func TestCreateRequest(t *testing.T) {
 	}
 	if s.EnvVars[computerd.EnvTokenHash] != spec.TokenHash || s.EnvVars["TURN_PUBLIC_HOST"] != "turn.example" {
 		t.Errorf("envVars %v", s.EnvVars)
+	}
+	if _, ok := s.EnvVars["HTTP_PROXY"]; ok || s.EnvVars["https_proxy"] != "" {
+		t.Errorf("envVars %v carry the egress proxy, which a hosted computer cannot use", s.EnvVars)
 	}
 	raw, _ := json.Marshal(s.EnvVars)
 	if strings.Contains(string(raw), key) {

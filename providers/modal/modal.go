@@ -255,10 +255,7 @@ func (m *Modal) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
-	env := make(map[string]string, len(spec.Env)+2)
-	for k, v := range spec.Env {
-		env[k] = v
-	}
+	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
 	env[computerd.EnvTokenHash] = spec.TokenHash
 	env[computerd.EnvComputerID] = spec.ComputerID
 	var sec struct {

@@ -59,7 +59,7 @@ func TestConformance(t *testing.T) {
 func spec(creds map[string]string) providers.Spec {
 	return providers.Spec{
 		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		Image: providers.ImageDesktop, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b"},
+		Image: providers.ImageDesktop, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b", "NO_PROXY": "", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128"},
 		Lease: 2 * time.Minute, Credentials: creds,
 	}
 }
@@ -83,6 +83,9 @@ func TestCreateRequest(t *testing.T) {
 		if sb.Tags[k] != v {
 			t.Errorf("tag %s = %q, want %q", k, sb.Tags[k], v)
 		}
+	}
+	if _, ok := sb.Env["HTTP_PROXY"]; ok {
+		t.Errorf("env %v carries the egress proxy", sb.Env)
 	}
 	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || sb.Env["A"] != "b" || strings.Contains(fmt.Sprint(sb.Env), creds[modal.CredTokenSecret]) {
 		t.Errorf("env %v", sb.Env)
