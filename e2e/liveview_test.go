@@ -229,6 +229,21 @@ func TestLiveView(t *testing.T) {
 		waitColour(t, bctx, c.rgb, 10*time.Second)
 	}
 
+	t.Run("desktop image", func(t *testing.T) {
+		// The tools are there, X runs at the configured size as the
+		// computer's user, and it writes only under /tmp.
+		x := s.exec("lv", `for b in Xvfb openbox xdotool mousepad xterm xsetroot ffmpeg; do command -v $b >/dev/null || echo "missing $b"; done
+xdotool getdisplaygeometry
+id -u
+test -S /tmp/.X11-unix/X0 && echo socket
+touch /usr/local/x 2>/dev/null || echo read-only
+pgrep -x openbox >/dev/null && echo wm`)
+		want := "1280 720\n1000\nsocket\nread-only\nwm\n"
+		if x.ExitCode != 0 || x.Stdout != want {
+			t.Errorf("desktop checks: %q (stderr %q), want %q", x.Stdout, x.Stderr, want)
+		}
+	})
+
 	t.Run("screenshot", func(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/v1/agents/lv/computer/screenshot", nil)
 		req.Header.Set("Authorization", "Bearer "+s.token)
