@@ -317,3 +317,25 @@ func (r *recorder) TempDir() string {
 	r.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// untagged is providers/fake without its Lister: a provider that cannot
+// search for its machines.
+type untagged struct{ p *fake.Provider }
+
+func (u untagged) Create(ctx context.Context, s providers.Spec) (providers.Machine, error) {
+	return u.p.Create(ctx, s)
+}
+func (u untagged) Destroy(ctx context.Context, id string) error { return u.p.Destroy(ctx, id) }
+
+// TestUntagged runs the suite for a provider that cannot tag: a lost
+// create reply must leave the session uncertain.
+func TestUntagged(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		Untagged: true,
+		New: func(t providertest.T, log *slog.Logger) providertest.Target {
+			p := fake.New(t.TempDir(), log)
+			t.Cleanup(p.Close)
+			return providertest.Target{Provider: untagged{p}, Faults: fakeFaults{p}, Exists: fakeExists(p)}
+		},
+	})
+}
