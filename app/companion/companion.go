@@ -105,7 +105,6 @@ func Run(ctx context.Context, opts Options) error {
 		Autostart: auto,
 		Service:   opts.Service,
 		Logger:    log,
-		Quit:      a.Quit,
 		Pair: func(ctx context.Context, url, code, name string) (agentlink.Paired, error) {
 			cs, err := credstore.New(store...)
 			if err != nil {
@@ -114,6 +113,13 @@ func Run(ctx context.Context, opts Options) error {
 			return agentlink.Pair(ctx, cs, url, code, name, "berth-companion/"+opts.Version)
 		},
 	})
+
+	quit := func() {
+		u.DisableTray()
+		a.Quit()
+	}
+	u.SetQuit(quit)
+	a.Lifecycle().SetOnStopped(u.DisableTray)
 
 	tray := false
 	if busErr != nil {
@@ -134,7 +140,7 @@ func Run(ctx context.Context, opts Options) error {
 	go func() {
 		select {
 		case <-parent.Done():
-			fyne.Do(a.Quit)
+			fyne.Do(quit)
 		case <-ran:
 		}
 	}()

@@ -28,6 +28,7 @@ const (
 func (u *UI) EnableTray(d desktop.App) {
 	u.tray = d
 	u.trayKey = ""
+	u.trayReader, _ = u.app.Driver().(trayMenuReader)
 	u.setTray(agentlink.StateOf(u.lastSnap.status), u.lastSnap)
 }
 
@@ -67,12 +68,31 @@ func (u *UI) setTray(st agentlink.State, s snapshot) {
 	for _, x := range s.sessions {
 		b.WriteString("|" + trayLabel(x.Agent, x.Image, x.TimeLeftSeconds))
 	}
-	if b.String() == u.trayKey {
+	// The tray library installs the first menu it was given once it is
+	// ready, over any set before; the driver says which menu it has.
+	if b.String() == u.trayKey && (u.trayReader == nil || u.trayReader.SystemTrayMenu() == u.trayMenu) {
 		return
 	}
 	u.trayKey = b.String()
+	// The tray library panics when its bus connection is gone (on quit,
+	// or when the session bus ends): the window goes on without a tray.
+	defer func() {
+		if r := recover(); r != nil {
+			u.log.Warn("system tray gone", "err", r)
+			u.tray = nil
+		}
+	}()
 	u.tray.SetSystemTrayIcon(StateIcon(st))
-	u.tray.SetSystemTrayMenu(u.TrayMenu())
+	u.trayMenu = u.TrayMenu()
+	u.tray.SetSystemTrayMenu(u.trayMenu)
+}
+
+// trayMenuReader is the driver's view of the menu in the tray.
+type trayMenuReader interface{ SystemTrayMenu() *fyne.Menu }
+
+// DisableTray stops updating the tray; call it before the app quits.
+func (u *UI) DisableTray() {
+	u.tray = nil
 }
 
 var (

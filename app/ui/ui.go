@@ -80,20 +80,22 @@ type UI struct {
 	opts  Options
 	log   *slog.Logger
 
-	tabs      *container.AppTabs
-	stateText *widget.Label
-	lend      *widget.Check
-	prompts   *fyne.Container
-	sessions  *sessionsView
-	usage     *usageView
-	settings  *settingsView
-	prompter  *promptsView
-	lendBusy  bool
-	trayKey   string
-	tray      desktop.App
-	content   fyne.CanvasObject
-	lastSnap  snapshot
-	notified  map[string]bool
+	tabs       *container.AppTabs
+	stateText  *widget.Label
+	lend       *widget.Check
+	prompts    *fyne.Container
+	sessions   *sessionsView
+	usage      *usageView
+	settings   *settingsView
+	prompter   *promptsView
+	lendBusy   bool
+	trayKey    string
+	tray       desktop.App
+	trayMenu   *fyne.Menu
+	trayReader trayMenuReader
+	content    fyne.CanvasObject
+	lastSnap   snapshot
+	notified   map[string]bool
 
 	mu      sync.Mutex // guards the fields below
 	closed  bool
@@ -149,6 +151,10 @@ func New(a fyne.App, win fyne.Window, agent agentlink.Agent, opts Options) *UI {
 	u.addShortcuts()
 	return u
 }
+
+// SetQuit replaces the function that quits the app (Ctrl+Q, the tray's
+// Quit).
+func (u *UI) SetQuit(quit func()) { u.opts.Quit = quit }
 
 // Content is the window's content.
 func (u *UI) Content() fyne.CanvasObject { return u.content }
