@@ -292,12 +292,6 @@ func (b *Boat) Create(ctx context.Context, spec providers.Spec) (providers.Machi
 	return providers.Machine{ID: id, Endpoint: strings.TrimRight(host.URL, "/"), Labels: spec.Labels()}, nil
 }
 
-// proxyVars are the egress proxy settings the supervisor gives every
-// computer. A hosted computer uses the provider's own network (SPEC 5):
-// the supervisor's proxy is not reachable from there, so they are dropped
-// and its per-computer credentials never leave the supervisor's network.
-var proxyVars = map[string]bool{"HTTP_PROXY": true, "HTTPS_PROXY": true, "http_proxy": true, "https_proxy": true, "NO_PROXY": true, "no_proxy": true}
-
 func firstLine(s string) string { l, _, _ := strings.Cut(strings.TrimSpace(s), "\n"); return l }
 
 // DockerRun is the command that starts the image in the VM, hardened as a
@@ -309,15 +303,14 @@ func DockerRun(spec providers.Spec, image string) string {
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "512",
 		"-p", fmt.Sprintf("%d:%d", computerd.Port, computerd.Port),
 		"-e", computerd.EnvTokenHash + "=" + spec.TokenHash, "-e", computerd.EnvComputerID + "=" + spec.ComputerID}
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
+	env := providers.HostedEnv(spec.Env)
+	keys := make([]string, 0, len(env))
+	for k := range env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if !proxyVars[k] {
-			args = append(args, "-e", k+"="+spec.Env[k])
-		}
+		args = append(args, "-e", k+"="+env[k])
 	}
 	args = append(args, image)
 	q := make([]string, len(args))

@@ -247,12 +247,6 @@ const (
 	qVariables     = `query variables($projectId: String!, $environmentId: String!, $serviceId: String) { variables(projectId: $projectId, environmentId: $environmentId, serviceId: $serviceId) }`
 )
 
-// proxyVars are the egress proxy settings the supervisor gives every
-// computer. A hosted computer uses the provider's own network (SPEC 5):
-// the supervisor's proxy is not reachable from there, so they are dropped
-// and its per-computer credentials never leave the supervisor's network.
-var proxyVars = map[string]bool{"HTTP_PROXY": true, "HTTPS_PROXY": true, "http_proxy": true, "https_proxy": true, "NO_PROXY": true, "no_proxy": true}
-
 // Name returns the service name of a computer.
 func Name(computerID string) string { return "berth-c-" + strings.ToLower(computerID) }
 
@@ -272,10 +266,8 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 	}
 	labels, _ := json.Marshal(spec.Labels())
 	vars := map[string]string{computerd.EnvTokenHash: spec.TokenHash, computerd.EnvComputerID: spec.ComputerID, VarLabels: string(labels)}
-	for k, v := range spec.Env {
-		if !proxyVars[k] {
-			vars[k] = v
-		}
+	for k, v := range providers.HostedEnv(spec.Env) {
+		vars[k] = v
 	}
 	name := Name(spec.ComputerID)
 	var created struct {
