@@ -71,6 +71,35 @@ type Status struct {
 	DailySeconds int64 `json:"dailySeconds"`
 	// Version is the agent's version.
 	Version string `json:"version"`
+	// Egress is the agent's egress proxy.
+	Egress EgressStatus `json:"egress"`
+	// WarmPool is the warm pool's state.
+	WarmPool PoolStatus `json:"warmPool"`
+}
+
+// EgressStatus is the agent's egress proxy as the owner sees it.
+type EgressStatus struct {
+	// On is the owner's setting; Listening whether the proxy runs (it does
+	// not when Docker has no docker0 address, for instance).
+	On        bool `json:"on"`
+	Listening bool `json:"listening"`
+	// Address is where computers reach it (host:port), when it runs.
+	Address string `json:"address,omitempty"`
+	// Allowed and Refused count the connections it let through and refused
+	// since the agent started.
+	Allowed uint64 `json:"allowed"`
+	Refused uint64 `json:"refused"`
+}
+
+// PoolStatus is the warm pool: computers started ahead of time.
+type PoolStatus struct {
+	// Size is the owner's setting; Waiting the computers ready now;
+	// Creating those being started.
+	Size     int `json:"size"`
+	Waiting  int `json:"waiting"`
+	Creating int `json:"creating"`
+	// Claimed counts starts answered from the pool since the agent started.
+	Claimed int64 `json:"claimed"`
 }
 
 // RelayStatus is the agent's link to the relay.
@@ -161,6 +190,14 @@ type Settings struct {
 	// decision within ApprovalTimeoutSeconds (10..3600) it is refused.
 	Approval               bool `json:"approval"`
 	ApprovalTimeoutSeconds int  `json:"approvalTimeoutSeconds"`
+	// Egress gives each computer the agent's egress proxy (HTTP_PROXY and
+	// HTTPS_PROXY with its own credentials), its only way out; the proxy
+	// refuses this machine's own addresses, its LAN, loopback and the
+	// metadata address. Off leaves computers with no way out at all.
+	Egress bool `json:"egress"`
+	// WarmPoolSize is how many headless computers wait started, ready for
+	// a start (0..MaxComputers). They count toward MaxComputers.
+	WarmPoolSize int `json:"warmPoolSize"`
 }
 
 // Hours is a daily window, "HH:MM" to "HH:MM" in the owner's time zone.
@@ -185,6 +222,8 @@ type SettingsUpdate struct {
 	Desktop                *bool    `json:"desktop,omitempty"`
 	Approval               *bool    `json:"approval,omitempty"`
 	ApprovalTimeoutSeconds *int     `json:"approvalTimeoutSeconds,omitempty"`
+	Egress                 *bool    `json:"egress,omitempty"`
+	WarmPoolSize           *int     `json:"warmPoolSize,omitempty"`
 }
 
 // Usage is the lending history from the local ledger.

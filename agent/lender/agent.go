@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
@@ -36,6 +37,9 @@ type AgentOptions struct {
 	// from the owner's settings. Networks are made per computer (no pool),
 	// so that each computer's network carries its labels.
 	Docker docker.Options
+	// Egress configures the agent's egress proxy, lent computers' only way
+	// out; the zero value listens on the docker0 address.
+	Egress EgressOptions
 	// HTTPClient dials the relay; nil is the default client.
 	HTTPClient *http.Client
 	// Backoff spaces reconnects; nil is relayclient's default.
@@ -83,9 +87,20 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		return err
 	}
 	defer eng.Close()
+	elog := log.With("component", "egress")
+	er, err := listenEgress(o.Egress, o.DataDir, elog)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	var eg *Egress
+	if er != nil {
+		defer er.ln.Close()
+		eg = er.e
+		eg.Firewall = true
+	}
 	l, err := New(Config{
 		AgentID: o.AgentID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
-		Version: o.Version, RelayURL: o.RelayURL,
+		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
 		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.AgentID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base
@@ -105,6 +120,25 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer cancel() // before the wait
+	if er != nil {
+		if err := er.start(ctx, l, o.Egress, elog, &wg); err != nil {
+			return fmt.Errorf("agent: egress proxy: %w", err)
+		}
+		l.applyFirewall(ctx, l.Settings().Egress)
+		if closed, err := docker.RemoveStaleOpenings(ctx); err == nil && len(closed) > 0 {
+			log.Info("removed stale egress openings from the host firewall", "ports", closed)
+		}
+		defer func() {
+			fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer fcancel()
+			if err := docker.UnguardPort(fctx, eg.port()); err != nil {
+				log.Warn("could not close the egress proxy's port in the host firewall", "err", err)
+			}
+		}()
+	} else if err := docker.GuardHost(ctx); err != nil {
+		log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
+	}
 	if o.Socket != "off" {
 		path := o.Socket
 		if path == "" {

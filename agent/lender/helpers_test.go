@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,8 @@ type rig struct {
 	clk   *clock.Fake
 	dir   string
 	agent string
+	// memLow makes the host report memory pressure to the warm pool.
+	memLow *atomic.Bool
 }
 
 // monday10 is Monday 2026-11-30 10:00 in Europe/Berlin.
@@ -93,17 +96,24 @@ func newRig(t testing.TB, agent, dir string, clk *clock.Fake) *rig {
 		t.Fatal(err)
 	}
 	log := testLogger(t)
+	memLow := new(atomic.Bool)
+	memInfo := func() (uint64, uint64, error) {
+		if memLow.Load() {
+			return 1 << 30, 24 << 30, nil // 4%
+		}
+		return 12 << 30, 24 << 30, nil
+	}
 	l, err := New(Config{
 		AgentID: agent, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log, Version: "test",
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: testImage,
-				CPUs: cpus, MemoryMB: memoryMB, Logger: log})
+				CPUs: cpus, MemoryMB: memoryMB, Logger: log, MemInfo: memInfo})
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, l: l, led: led, clk: clk, dir: dir, agent: agent}
+	r := &rig{t: t, l: l, led: led, clk: clk, dir: dir, agent: agent, memLow: memLow}
 	t.Cleanup(func() {
 		l.Close()
 		eng.Close()

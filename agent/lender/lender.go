@@ -78,6 +78,9 @@ type Config struct {
 	// Pairing and RelayURL are reported in the status.
 	Pairing  control.Pairing
 	RelayURL string
+	// Egress is the agent's egress proxy; nil gives computers no proxy
+	// (they then have no way out).
+	Egress *Egress
 }
 
 // Lender runs computers on this machine for a supervisor.
@@ -101,6 +104,7 @@ type Lender struct {
 	approvals map[string]*approval
 	prompts   []*control.CleanupPrompt
 	relay     control.RelayStatus
+	pool      pool
 }
 
 // computer is a running computer.
@@ -184,10 +188,14 @@ func (l *Lender) Close() error {
 	}
 	l.closed = true
 	close(l.done)
+	l.pool.gen++
+	l.mu.Unlock()
+	l.wg.Wait() // pool creates in flight remove what they made
+	l.drainPool("the agent is shutting down")
+	l.mu.Lock()
 	ds := append(l.retired, l.docker)
 	l.docker, l.retired = nil, nil
 	l.mu.Unlock()
-	l.wg.Wait()
 	if t, ok := l.transport.(*http.Transport); ok && l.cfg.Transport == nil {
 		t.CloseIdleConnections()
 	}
@@ -306,7 +314,7 @@ func (l *Lender) Create(ctx context.Context, r CreateRequest) (Computer, error) 
 		}
 		now = l.clk.Now()
 	}
-	c, err := l.start(ctx, r, day, now, lease)
+	c, err := l.launch(ctx, r, day, now, lease)
 	if err != nil {
 		release()
 		return Computer{}, err
@@ -340,7 +348,7 @@ func (l *Lender) start(ctx context.Context, r CreateRequest, day string, now tim
 	spec := providers.Spec{
 		ComputerID: r.ComputerID, SessionID: r.SessionID, AttemptID: r.AttemptID,
 		Deployment: l.deployment, AgentID: r.Agent, Image: r.Image, TokenHash: r.TokenHash,
-		Env: r.Env, Lease: lease,
+		Env: l.computerEnv(r.ComputerID, r.Env, l.Settings().Egress), Lease: lease,
 	}
 	m, err := d.Create(ctx, spec)
 	if err != nil {
@@ -559,7 +567,7 @@ func (l *Lender) Destroy(ctx context.Context, id string) error {
 	if !idRE.MatchString(id) {
 		return badRequest("id: %q is not a computer id", id)
 	}
-	return l.end(ctx, id, "stopped")
+	return l.end(ctx, l.computerOf(id), "stopped")
 }
 
 // Computers lists the running computers.
@@ -607,11 +615,29 @@ func (l *Lender) State() State {
 	return State{AgentID: l.cfg.AgentID, Version: l.cfg.Version, Lending: lending, Computers: l.Computers()}
 }
 
-// lookup returns a running computer.
-func (l *Lender) lookup(id string) (*computer, error) {
+// computerOf returns the computer id of a running computer named by its
+// computer id or by its container's name without the prefix (a computer
+// from the warm pool has a container named after its pool id).
+func (l *Lender) computerOf(id string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.running[strings.TrimPrefix(id, docker.ContainerPrefix)]
+	if l.running[id] != nil {
+		return id
+	}
+	for cid, c := range l.running {
+		if c.s.MachineID == docker.ContainerPrefix+id {
+			return cid
+		}
+	}
+	return id
+}
+
+// lookup returns a running computer.
+func (l *Lender) lookup(id string) (*computer, error) {
+	id = l.computerOf(strings.TrimPrefix(id, docker.ContainerPrefix))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.running[id]
 	if c == nil {
 		return nil, errorf(http.StatusNotFound, CodeNotFound, "computer %q does not run on this machine", id)
 	}

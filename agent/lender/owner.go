@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,10 @@ func (l *Lender) Status(ctx context.Context) control.Status {
 		Version:          l.cfg.Version,
 	}
 	tz := l.settings.TimeZone
+	on := l.settings.Egress
 	l.mu.Unlock()
+	st.Egress = l.egressStatus(on)
+	st.WarmPool = l.PoolStatus()
 	now := l.clk.Now()
 	if sec, err := l.cfg.Ledger.DaySeconds(ctx, localDay(tz, now), now); err == nil {
 		st.TodaySeconds = sec
@@ -189,14 +193,29 @@ func (l *Lender) SetSettings(s control.Settings) (control.Settings, error) {
 		return control.Settings{}, badRequest("%v", err)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := saveSettings(l.cfg.DataDir, s); err != nil {
+		l.mu.Unlock()
 		return control.Settings{}, err
 	}
+	old := l.settings
 	l.settings = s
+	l.pool.poke()
 	l.log.Info("owner changed the limits", "lending", s.Lending, "maxComputers", s.MaxComputers, "cpus", s.CPUs,
 		"memoryMB", s.MemoryMB, "dailySeconds", s.DailySeconds, "hours", s.Hours, "timeZone", s.TimeZone,
-		"desktop", s.Desktop, "approval", s.Approval)
+		"desktop", s.Desktop, "approval", s.Approval, "egress", s.Egress, "warmPoolSize", s.WarmPoolSize)
+	l.mu.Unlock()
+	if old.Egress != s.Egress {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		l.applyFirewall(ctx, s.Egress)
+		cancel()
+	}
+	// Waiting computers were made under the old limits: any change empties
+	// the pool, and it refills under the new ones.
+	if !reflect.DeepEqual(old, s) {
+		if n := l.drainPool("the owner changed the settings"); n > 0 {
+			l.log.Info("warm pool emptied for the new settings", "removed", n)
+		}
+	}
 	return s, nil
 }
 

@@ -23,6 +23,7 @@ type Report struct {
 	Cleaned  int // computers of ended or expired sessions, removed
 	Vanished int // open sessions whose computer was gone, closed
 	Prompts  int // leftovers the owner is asked about
+	Pool     int // computers an earlier run left waiting in its warm pool, removed
 }
 
 // Start matches what this agent finds on the Docker engine (by its own
@@ -61,11 +62,45 @@ func (l *Lender) Start(ctx context.Context) (Report, error) {
 		byComputer[id] = append(byComputer[id], r)
 	}
 	slices.Sort(ids)
+	open, err := l.cfg.Ledger.OpenSessions(ctx)
+	if err != nil {
+		return rep, err
+	}
+	// A computer claimed from a warm pool carries its pool id, not the
+	// session's computer id: its session names it by its container.
+	byMachine := map[string]ledger.Session{}
+	for _, s := range open {
+		if s.MachineID != "" {
+			byMachine[s.MachineID] = s
+		}
+	}
 	now := l.clk.Now()
 	seen := map[string]bool{}
 	for _, id := range ids {
 		seen[id] = true
-		s, err := l.cfg.Ledger.Get(ctx, id)
+		var s ledger.Session
+		var err error
+		if isPooled(byComputer[id]) {
+			var ok bool
+			if s, ok = byMachine[docker.ContainerPrefix+id]; !ok {
+				// Left waiting by an earlier run: its bind secret is gone.
+				if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
+					l.log.Warn("remove a computer left in the warm pool", "pooled", id, "err", err)
+					for _, r := range byComputer[id] {
+						if l.prompt(ctx, r, "left in the warm pool and could not be removed: "+err.Error()) {
+							rep.Prompts++
+						}
+					}
+					continue
+				}
+				l.log.Info("removed a computer left waiting in the warm pool", "pooled", id)
+				rep.Pool++
+				continue
+			}
+			seen[s.ComputerID] = true
+		} else {
+			s, err = l.cfg.Ledger.Get(ctx, id)
+		}
 		switch {
 		case errors.Is(err, ledger.ErrNotFound) || id == "":
 			for _, r := range byComputer[id] {
@@ -87,7 +122,7 @@ func (l *Lender) Start(ctx context.Context) (Report, error) {
 				reason = "computer stopped while the agent was down"
 			}
 			if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
-				l.log.Warn("remove leftover computer", "computer", id, "err", err)
+				l.log.Warn("remove leftover computer", "computer", s.ComputerID, "err", err)
 				for _, r := range byComputer[id] {
 					if l.prompt(ctx, r, "could not be removed: "+err.Error()) {
 						rep.Prompts++
@@ -96,15 +131,11 @@ func (l *Lender) Start(ctx context.Context) (Report, error) {
 				continue
 			}
 			if s.Open() {
-				l.cfg.Ledger.End(ctx, id, earlier(now, s.ExpiresAt), reason)
+				l.cfg.Ledger.End(ctx, s.ComputerID, earlier(now, s.ExpiresAt), reason)
 			}
-			l.log.Info("removed leftover computer", "computer", id, "reason", reason)
+			l.log.Info("removed leftover computer", "computer", s.ComputerID, "reason", reason)
 			rep.Cleaned++
 		}
-	}
-	open, err := l.cfg.Ledger.OpenSessions(ctx)
-	if err != nil {
-		return rep, err
 	}
 	for _, s := range open {
 		if seen[s.ComputerID] {
@@ -120,8 +151,25 @@ func (l *Lender) Start(ctx context.Context) (Report, error) {
 		l.cfg.Ledger.End(ctx, s.ComputerID, earlier(now, s.ExpiresAt), "computer gone")
 		rep.Vanished++
 	}
-	l.log.Info("matched the engine to the ledger", "adopted", rep.Adopted, "cleaned", rep.Cleaned, "vanished", rep.Vanished, "prompts", rep.Prompts)
+	l.log.Info("matched the engine to the ledger", "adopted", rep.Adopted, "cleaned", rep.Cleaned, "vanished", rep.Vanished,
+		"prompts", rep.Prompts, "pool", rep.Pool)
+	l.mu.Lock()
+	if !l.closed && !l.pool.running {
+		l.pool.running = true
+		l.wg.Go(l.runPool)
+	}
+	l.mu.Unlock()
 	return rep, nil
+}
+
+// isPooled reports whether rs are a warm-pool computer's.
+func isPooled(rs []Resource) bool {
+	for _, r := range rs {
+		if r.Labels[providers.LabelPool] == "true" {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Lender) adopt(s ledger.Session, endpoint string) {
@@ -219,10 +267,11 @@ func (l *Lender) Resync(ctx context.Context) error {
 	for _, m := range ms {
 		if m.Labels[providers.LabelDeployment] == l.deployment && m.Endpoint != "" {
 			alive[m.Labels[providers.LabelComputer]] = true
+			alive[m.ID] = true
 		}
 	}
 	for _, c := range l.Computers() {
-		if !alive[c.ComputerID] {
+		if !alive[c.ComputerID] && (c.MachineID == "" || !alive[c.MachineID]) {
 			l.log.Warn("computer gone while the relay was away", "computer", c.ComputerID)
 			if err := l.end(ctx, c.ComputerID, "computer gone"); err != nil {
 				l.log.Warn("close vanished computer", "computer", c.ComputerID, "err", err)

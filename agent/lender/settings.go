@@ -35,7 +35,8 @@ const (
 
 // DefaultSettings are the limits of a newly paired machine: lending on, two
 // computers of 1 CPU and 2 GB at a time, four hours a day, at any hour,
-// desktop allowed, no approval.
+// desktop allowed, no approval, egress through the agent's proxy, no warm
+// pool.
 func DefaultSettings() control.Settings {
 	return control.Settings{
 		Lending:                true,
@@ -45,6 +46,7 @@ func DefaultSettings() control.Settings {
 		DailySeconds:           4 * 3600,
 		Desktop:                true,
 		ApprovalTimeoutSeconds: 120,
+		Egress:                 true,
 	}
 }
 
@@ -63,6 +65,8 @@ func CheckSettings(s control.Settings) error {
 		return fmt.Errorf("dailySeconds: %d is outside %d..%d", s.DailySeconds, MinDailySeconds, MaxDailySeconds)
 	case s.ApprovalTimeoutSeconds < MinApprovalTimeoutSec || s.ApprovalTimeoutSeconds > MaxApprovalTimeoutSec:
 		return fmt.Errorf("approvalTimeoutSeconds: %d is outside %d..%d", s.ApprovalTimeoutSeconds, MinApprovalTimeoutSec, MaxApprovalTimeoutSec)
+	case s.WarmPoolSize < 0 || s.WarmPoolSize > s.MaxComputers:
+		return fmt.Errorf("warmPoolSize: %d is outside 0..%d (waiting computers count toward maxComputers)", s.WarmPoolSize, s.MaxComputers)
 	}
 	if _, err := location(s.TimeZone); err != nil {
 		return err
@@ -167,6 +171,12 @@ func applyUpdate(s control.Settings, u control.SettingsUpdate) control.Settings 
 	}
 	if u.ApprovalTimeoutSeconds != nil {
 		s.ApprovalTimeoutSeconds = *u.ApprovalTimeoutSeconds
+	}
+	if u.Egress != nil {
+		s.Egress = *u.Egress
+	}
+	if u.WarmPoolSize != nil {
+		s.WarmPoolSize = *u.WarmPoolSize
 	}
 	return s
 }

@@ -1,0 +1,301 @@
+package lender
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/supervisor/egress"
+	"github.com/berthdev/berth/supervisor/secrets"
+)
+
+// A lent computer's network is internal: its only way out is the agent's
+// own egress proxy, the same supervisor/egress code the supervisor runs,
+// listening on this machine's docker0 address. Each computer gets
+// HTTP_PROXY and HTTPS_PROXY with its own credentials (the user is its
+// computer id, the password an HMAC of the agent's egress secret), so the
+// proxy knows which computer every connection is for. The secret is made on
+// the first run and kept in the data folder (0600); it never leaves this
+// machine, and a computer only ever sees its own password. The proxy's
+// address checks refuse this machine's addresses, its LAN, loopback and the
+// metadata address, so a borrower cannot reach into the lender's network.
+
+// EgressSecretFile holds the agent's egress secret in its data folder.
+const EgressSecretFile = "egress.secret"
+
+// DefaultEgressPort is the port of the agent's egress proxy on the docker0
+// address. It stays the same across restarts, so that the computers an
+// agent adopts keep their proxy.
+const DefaultEgressPort = 3129
+
+// proxyEnv are the variables the lender sets (or, with egress off, clears)
+// in every computer's environment, whatever the supervisor sent.
+var proxyEnv = []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
+	"NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"}
+
+// EgressOptions configure the agent's egress proxy.
+type EgressOptions struct {
+	// Listen is HOST:PORT, :PORT (on the docker0 address), or "off" for no
+	// proxy at all; empty is the docker0 address on DefaultEgressPort.
+	Listen string
+	// Resolver and Dialer reach the internet; nil are the system's.
+	Resolver egress.Resolver
+	Dialer   egress.Dialer
+	// BlockedCIDRs are refused on top of the built-in ranges and this
+	// machine's own addresses.
+	BlockedCIDRs []netip.Prefix
+	// Abuse turns on the mail and mining checks.
+	Abuse bool
+}
+
+// Egress is where a lender's computers reach its egress proxy and what
+// their credentials are derived from (Config.Egress).
+type Egress struct {
+	// Addr is the proxy's address as computers reach it (host:port).
+	Addr string
+	// Tokens derives each computer's proxy password.
+	Tokens *token.Deriver
+	// Firewall, when set, opens and closes the proxy's port to computers
+	// in the host firewall as the owner turns egress on and off.
+	Firewall bool
+
+	mu    sync.Mutex
+	proxy *egress.Proxy
+}
+
+// port is the proxy's TCP port.
+func (e *Egress) port() int {
+	_, p, _ := net.SplitHostPort(e.Addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func (e *Egress) setProxy(p *egress.Proxy) {
+	e.mu.Lock()
+	e.proxy = p
+	e.mu.Unlock()
+}
+
+func (e *Egress) stats() (egress.Stats, bool) {
+	e.mu.Lock()
+	p := e.proxy
+	e.mu.Unlock()
+	if p == nil {
+		return egress.Stats{}, false
+	}
+	return p.Stats(), true
+}
+
+// computerEnv is a new computer's environment: the supervisor's variables,
+// with the proxy variables replaced by the agent's proxy and the computer's
+// own credentials, or removed when egress is off.
+func (l *Lender) computerEnv(computerID string, in map[string]string, on bool) map[string]string {
+	env := maps.Clone(in)
+	if env == nil {
+		env = map[string]string{}
+	}
+	for _, k := range proxyEnv {
+		delete(env, k)
+	}
+	e := l.cfg.Egress
+	if !on || e == nil {
+		return env
+	}
+	u := (&url.URL{Scheme: "http", User: url.UserPassword(computerID, e.Tokens.Derive(token.Egress, computerID)), Host: e.Addr}).String()
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		env[k] = u
+	}
+	env["NO_PROXY"], env["no_proxy"] = "", ""
+	return env
+}
+
+// EgressAuth checks egress proxy credentials: the user is the id of a
+// computer this agent runs, the password its egress token. With egress
+// off, nobody passes.
+func (l *Lender) EgressAuth(user, pass string) (string, bool) {
+	e := l.cfg.Egress
+	if e == nil || user == "" {
+		return "", false
+	}
+	want := e.Tokens.Derive(token.Egress, user)
+	ok := subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
+	l.mu.Lock()
+	on := l.settings.Egress
+	_, running := l.running[user]
+	_, starting := l.starting[user]
+	l.mu.Unlock()
+	return user, ok && on && (running || starting)
+}
+
+// egressStatus is the proxy as the owner sees it.
+func (l *Lender) egressStatus(on bool) control.EgressStatus {
+	st := control.EgressStatus{On: on}
+	e := l.cfg.Egress
+	if e == nil {
+		return st
+	}
+	if s, ok := e.stats(); ok {
+		st.Listening, st.Address = true, e.Addr
+		for v, n := range s.Verdicts {
+			if v == egress.VerdictAllowed {
+				st.Allowed += n
+			} else {
+				st.Refused += n
+			}
+		}
+	}
+	return st
+}
+
+// applyFirewall closes the host to computers, opening only the proxy's
+// port while egress is on.
+func (l *Lender) applyFirewall(ctx context.Context, on bool) {
+	e := l.cfg.Egress
+	if e == nil || !e.Firewall {
+		return
+	}
+	var err error
+	if on {
+		err = docker.GuardHost(ctx, e.port())
+	} else if err = docker.UnguardPort(ctx, e.port()); err == nil {
+		err = docker.GuardHost(ctx)
+	}
+	if err != nil {
+		l.log.Warn("could not set the host firewall for computers", "egress", on, "err", err)
+	}
+}
+
+// egressRun is the agent's running egress proxy.
+type egressRun struct {
+	e     *Egress
+	proxy *egress.Proxy
+	ln    net.Listener
+}
+
+// listenEgress opens the proxy's listener and loads (or makes) the egress
+// secret. It returns nil when o.Listen is "off".
+func listenEgress(o EgressOptions, dataDir string, log *slog.Logger) (*egressRun, error) {
+	if o.Listen == "off" {
+		log.Warn("egress proxy off: lent computers have no way out")
+		return nil, nil
+	}
+	addr, byDefault := o.Listen, o.Listen == ""
+	if byDefault {
+		addr = ":" + strconv.Itoa(DefaultEgressPort)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("egress listen %q: want HOST:PORT, :PORT or off", addr)
+	}
+	if host == "" {
+		ip, err := interfaceIPv4("docker0")
+		if err != nil && byDefault {
+			log.Warn("egress proxy off: no docker0 address to listen on; lent computers have no way out", "err", err)
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("egress: no docker0 address to listen on (%v); give HOST:PORT or off", err)
+		}
+		addr = net.JoinHostPort(ip.String(), port)
+	}
+	secret, err := secrets.LoadOrCreateSecretFile(filepath.Join(dataDir, EgressSecretFile), 32)
+	if err != nil {
+		return nil, fmt.Errorf("egress secret: %w", err)
+	}
+	tokens, err := token.NewDeriver([]byte(secret))
+	if err != nil {
+		return nil, fmt.Errorf("egress secret %s: %w", filepath.Join(dataDir, EgressSecretFile), err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil && byDefault {
+		// Another agent on this machine holds the port: take any other.
+		log.Warn("egress proxy: default port taken; listening on another", "addr", addr, "err", err)
+		host, _, _ := net.SplitHostPort(addr)
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("egress listen %s: %w", addr, err)
+	}
+	return &egressRun{e: &Egress{Addr: ln.Addr().String(), Tokens: tokens}, ln: ln}, nil
+}
+
+// start makes the proxy for l and serves it until ctx ends.
+func (r *egressRun) start(ctx context.Context, l *Lender, o EgressOptions, log *slog.Logger, wg *sync.WaitGroup) error {
+	resolver, dialer := o.Resolver, o.Dialer
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	if dialer == nil {
+		dialer = &net.Dialer{}
+	}
+	blocked := append(hostPrefixes(log), o.BlockedCIDRs...)
+	p, err := egress.New(egress.Config{
+		Authenticate: l.EgressAuth, Resolver: resolver, Dialer: dialer,
+		BlockedCIDRs: blocked, Abuse: o.Abuse, Logger: log,
+		OnEvent: func(ev egress.Event) {
+			log.Warn("egress refused", "event", ev.Type, "computer", ev.ComputerID, "host", ev.Host, "port", ev.Port, "verdict", ev.Verdict)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	r.proxy = p
+	r.e.setProxy(p)
+	log.Info("egress proxy listening", "addr", r.e.Addr)
+	wg.Go(func() {
+		if err := p.Serve(ctx, r.ln); err != nil {
+			log.Warn("egress proxy stopped", "err", err)
+		}
+	})
+	return nil
+}
+
+// hostPrefixes are this machine's own addresses, each a single-address
+// prefix: a public address on the host is as private to a borrower as its
+// LAN.
+func hostPrefixes(log *slog.Logger) []netip.Prefix {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		log.Warn("could not list this machine's addresses for the egress proxy to refuse", "err", err)
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range as {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil {
+			continue
+		}
+		ip := p.Addr().Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out
+}
+
+func interfaceIPv4(name string) (netip.Addr, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, errors.New(name + " has no IPv4 address")
+}

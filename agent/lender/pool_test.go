@@ -1,0 +1,256 @@
+package lender
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
+)
+
+// containers lists the names of the containers an agent's deployment has
+// on the engine; pool limits them to those waiting in a warm pool.
+func containers(t testing.TB, agent string, pool bool) []string {
+	t.Helper()
+	args := []string{"ps", "-a", "--filter", "label=" + providers.LabelDeployment + "=" + Deployment(agent), "--format", "{{.Names}}"}
+	if pool {
+		args = append(args, "--filter", "label="+providers.LabelPool+"=true")
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	names := strings.Fields(string(out))
+	slices.Sort(names)
+	return names
+}
+
+// removeDeployment removes, when the test ends, everything on the engine
+// carrying the agent's deployment label: computers the pool made have ids
+// the test never learns in advance.
+func removeDeployment(t testing.TB, agent string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		d, err := docker.New(docker.Options{HeadlessImage: testImage})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer d.Close()
+		ms, err := d.List(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, m := range ms {
+			if m.Labels[providers.LabelDeployment] == Deployment(agent) {
+				if err := d.Destroy(ctx, m.ID); err != nil {
+					t.Errorf("cleanup %s: %v", m.ID, err)
+				}
+			}
+		}
+	})
+}
+
+// waiting lists the containers waiting in r's pool: pool computers that
+// no session claimed (labels cannot change, so a claimed one keeps its
+// pool label).
+func waiting(t testing.TB, r *rig) []string {
+	t.Helper()
+	var out []string
+	for _, name := range containers(t, r.agent, true) {
+		if !slices.ContainsFunc(r.l.Computers(), func(c Computer) bool { return c.MachineID == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// waitPool waits until the pool holds want waiting computers and makes
+// none, and returns the names of its containers on the engine.
+func waitPool(t testing.TB, ctx context.Context, r *rig, want int) []string {
+	t.Helper()
+	for {
+		st := r.l.PoolStatus()
+		if st.Waiting == want && st.Creating == 0 {
+			if names := waiting(t, r); len(names) == want {
+				return names
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pool: %+v, containers %v; want %d waiting", r.l.PoolStatus(), waiting(t, r), want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestWarmPool runs the warm pool of a lent machine on the real engine: a
+// start runs in the computer that was waiting and is in the ledger, the
+// bind secret is refused afterwards, the pool refills within the owner's
+// limit (waiting computers count), a cold start makes room, settings
+// changes and lending off empty it, it shrinks under memory pressure, a
+// restarted agent removes what an earlier run left waiting, and shutdown
+// removes what waits.
+func TestWarmPool(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 3*time.Minute)
+	const agent = "cp_pool"
+	removeDeployment(t, agent)
+	r := newRig(t, agent, "", nil)
+	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 2 })
+	if _, err := r.l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := waitPool(t, ctx, r, 2)
+	secrets := map[string]string{}
+	r.l.mu.Lock()
+	for _, m := range r.l.pool.waiting {
+		secrets[m.machine] = m.secret
+	}
+	r.l.mu.Unlock()
+
+	// A start claims a waiting computer.
+	req, tok := request("pooled")
+	destroyAll(t, req.ComputerID)
+	c, err := r.l.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(before, c.MachineID) {
+		t.Fatalf("start ran in %s, not in a waiting computer %v", c.MachineID, before)
+	}
+	if s, err := r.led.Get(ctx, req.ComputerID); err != nil || s.MachineID != c.MachineID || !s.Open() || s.Agent != "pooled" {
+		t.Fatalf("ledger: %+v %v", s, err)
+	}
+	if st := r.l.PoolStatus(); st.Claimed != 1 {
+		t.Fatalf("pool status: %+v", st)
+	}
+	run, _ := r.l.lookup(req.ComputerID)
+	cl := computerd.NewClient(run.endpoint, tok)
+	x, err := cl.Exec(ctx, computerd.ExecRequest{Command: "id -u; echo [$BERTH_BIND_SHA256]", TimeoutMs: 10000})
+	if err != nil || x.ExitCode != 0 || x.Stdout != "1000\n[]\n" {
+		t.Fatalf("exec in the claimed computer: %+v %v", x, err)
+	}
+	secret := secrets[c.MachineID]
+	if _, err := computerd.NewClient(run.endpoint, secret).Bind(ctx, computerd.BindRequest{TokenHash: token.Hash("intruder")}); err == nil {
+		t.Fatal("a second bind with the bind secret worked")
+	}
+	if _, err := computerd.NewClient(run.endpoint, secret).Exec(ctx, computerd.ExecRequest{Command: "true", TimeoutMs: 5000}); err == nil {
+		t.Fatal("the bind secret still runs commands after the bind")
+	}
+	// The supervisor names it by its container; the relay's path by its id.
+	if cs := r.l.Computers(); len(cs) != 1 || cs[0].ComputerID != req.ComputerID || cs[0].Labels[providers.LabelComputer] != req.ComputerID {
+		t.Fatalf("computers: %+v", cs)
+	}
+
+	// It refills: one running and two waiting make the owner's three.
+	refilled := waitPool(t, ctx, r, 2)
+	if slices.Contains(refilled, c.MachineID) {
+		t.Fatalf("the used computer is back in the pool: %v", refilled)
+	}
+	// A second start leaves room for one waiting computer only.
+	req2, _ := request("pooled")
+	destroyAll(t, req2.ComputerID)
+	if _, err := r.l.Create(ctx, req2); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, ctx, r, 1)
+	time.Sleep(2 * poolInterval) // a refill pass that would overfill has run
+	if n := len(containers(t, agent, false)); n != 3 {
+		t.Fatalf("%d containers for an owner's limit of 3: %v", n, containers(t, agent, false))
+	}
+	// A cold start (desktop) first removes the waiting computer that
+	// would take it over the limit.
+	req3, _ := request("pooled")
+	req3.Image = providers.ImageDesktop
+	destroyAll(t, req3.ComputerID)
+	if c3, err := r.l.Create(ctx, req3); err != nil || c3.MachineID != docker.ContainerPrefix+req3.ComputerID {
+		t.Fatalf("cold start: %+v %v", c3, err)
+	}
+	if n := containers(t, agent, false); len(n) != 3 || len(waiting(t, r)) != 0 {
+		t.Fatalf("after a cold start at the limit: %v", n)
+	}
+	// A claim still passes the owner's limits.
+	req4, _ := request("pooled")
+	var le *Error
+	if _, err := r.l.Create(ctx, req4); !errors.As(err, &le) || le.Code != CodeTooMany {
+		t.Fatalf("a fourth computer: %v", err)
+	}
+	for _, id := range []string{req.ComputerID, req2.ComputerID, req3.ComputerID} {
+		if err := r.l.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := r.led.Get(ctx, req.ComputerID); err != nil || s.Open() {
+		t.Fatalf("ledger after the stop: %+v %v", s, err)
+	}
+	full := waitPool(t, ctx, r, 2)
+
+	// A change of the settings empties the pool; it refills under the new ones.
+	if _, err := r.l.UpdateSettings(control.SettingsUpdate{WarmPoolSize: ptr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if names := waiting(t, r); len(names) > 1 || (len(names) == 1 && slices.Contains(full, names[0])) {
+		t.Fatalf("after a settings change the pool still holds %v (had %v)", names, full)
+	}
+	waitPool(t, ctx, r, 1)
+	// Lending off empties it and keeps it empty.
+	if _, err := r.l.UpdateSettings(control.SettingsUpdate{Lending: ptr(false)}); err != nil {
+		t.Fatal(err)
+	}
+	if names := waiting(t, r); len(names) != 0 {
+		t.Fatalf("lending off, the pool holds %v", names)
+	}
+	time.Sleep(2 * poolInterval)
+	waitPool(t, ctx, r, 0)
+	// Under memory pressure it shrinks.
+	if _, err := r.l.UpdateSettings(control.SettingsUpdate{Lending: ptr(true), WarmPoolSize: ptr(2)}); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, ctx, r, 2)
+	r.memLow.Store(true)
+	waitPool(t, ctx, r, 0)
+	r.memLow.Store(false)
+	waitPool(t, ctx, r, 2)
+
+	// Shutdown removes what waits.
+	if err := r.l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names := containers(t, agent, false); len(names) != 0 {
+		t.Fatalf("after shutdown: %v", names)
+	}
+
+	// A restarted agent removes computers an earlier run left waiting
+	// (killed before it could remove them).
+	d, err := docker.New(docker.Options{HeadlessImage: testImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for i := range 2 {
+		if _, err := d.CreatePooled(ctx, providers.Spec{ComputerID: "pleft" + string(rune('a'+i)), Deployment: Deployment(agent)},
+			token.Hash("lost secret")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r2 := newRig(t, agent, "", nil)
+	r2.set(nil) // no pool
+	rep, err := r2.l.Start(ctx)
+	if err != nil || rep.Pool != 2 || rep.Prompts != 0 {
+		t.Fatalf("restart: %+v %v", rep, err)
+	}
+	if names := containers(t, agent, false); len(names) != 0 {
+		t.Fatalf("after the restart: %v", names)
+	}
+}
