@@ -458,7 +458,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec providers.Spec) (providers
 func machineOf(pod *corev1.Pod) (providers.Machine, bool, error) {
 	m := providers.Machine{ID: pod.Name, Labels: pod.Labels}
 	if v := pod.Annotations[providers.LabelAgent]; v != "" {
-		m.Labels = maps(pod.Labels)
+		m.Labels = copyLabels(pod.Labels)
 		m.Labels[providers.LabelAgent] = v
 	}
 	switch pod.Status.Phase {
@@ -489,7 +489,7 @@ func machineOf(pod *corev1.Pod) (providers.Machine, bool, error) {
 	return m, false, nil
 }
 
-func maps(in map[string]string) map[string]string {
+func copyLabels(in map[string]string) map[string]string {
 	out := make(map[string]string, len(in)+1)
 	for k, v := range in {
 		out[k] = v
