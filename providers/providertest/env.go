@@ -41,6 +41,9 @@ type env struct {
 	// computerd is the supervisor's client to the computers.
 	computerd *http.Client
 	logs      *syncBuffer // the supervisor's and the provider's logs
+	// restart returns another supervisor on the same store and provider,
+	// as after a restart.
+	restart func() *supervisor.Service
 	// answers holds every API answer body.
 	answers *syncBuffer
 	ctx     context.Context
@@ -130,6 +133,17 @@ func newEnv(t T, h Harness) *env {
 		t.Fatalf("supervisor: %v", err)
 	}
 	e.st = st
+	e.restart = func() *supervisor.Service {
+		svc, err := supervisor.New(supervisor.Config{
+			Store: st, Providers: map[string]providers.Provider{e.id: p}, DefaultProvider: e.id,
+			Box: box, Tokens: tokens, Clock: e.clk, Logger: log, ReadyTimeout: ready,
+			HTTPClient: e.computerd, ComputerEnv: map[string]string{"BERTH_CONFORMANCE": "1"},
+		})
+		if err != nil {
+			t.Fatalf("second supervisor: %v", err)
+		}
+		return svc
+	}
 	e.srv = httptest.NewServer(api.New(e.svc, operatorToken, log))
 	t.Cleanup(func() {
 		e.stopAll()

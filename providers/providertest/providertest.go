@@ -25,8 +25,9 @@
 // after a restart; a create whose reply was lost (adopted by its attempt
 // label, or an uncertain session for providers that cannot tag); a delete
 // that fails and is retried until the machine is gone; refused
-// credentials; and credentials that never reach logs, API answers or the
-// computer's environment.
+// credentials; a restart whose reconciliation keeps the running machine
+// and removes a leftover; and credentials that never reach logs, API
+// answers or the computer's environment.
 package providertest
 
 import (
@@ -121,6 +122,7 @@ func Scenarios() []Scenario {
 		{"LostCreateReply", scenarioLostCreateReply},
 		{"FailingDelete", scenarioFailingDelete},
 		{"BadCredentials", scenarioBadCredentials},
+		{"Reconcile", scenarioReconcile},
 		{"Secrets", scenarioSecrets},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"strings"
@@ -79,13 +80,14 @@ func TestFakeWrapped(t *testing.T) {
 type defect int
 
 const (
-	sound            defect = iota
-	destroyNoop             // Destroy answers success and leaves the machine
-	unlabelledList          // List drops Berth's labels
-	swallowDelete           // Destroy hides the backend's failure
-	refusalAsOutage         // refused credentials reported as an outage
-	logsKey                 // the apiKey is logged
-	keyInEnvironment        // the apiKey is put in the computer's environment
+	sound             defect = iota
+	destroyNoop              // Destroy answers success and leaves the machine
+	unlabelledList           // List drops Berth's labels
+	swallowDelete            // Destroy hides the backend's failure
+	refusalAsOutage          // refused credentials reported as an outage
+	logsKey                  // the apiKey is logged
+	keyInEnvironment         // the apiKey is put in the computer's environment
+	noDeploymentLabel        // List drops the deployment label
 )
 
 // keyed is a provider that takes an apiKey, built on providers/fake: the
@@ -155,9 +157,14 @@ func (k *keyed) List(ctx context.Context) ([]providers.Machine, error) {
 		return nil, fmt.Errorf("keyed list: %w", err)
 	}
 	ms, err := k.fake.List(ctx)
-	if k.defect == unlabelledList {
-		for i := range ms {
+	for i := range ms {
+		switch k.defect {
+		case unlabelledList:
 			ms[i].Labels = nil
+		case noDeploymentLabel:
+			l := maps.Clone(ms[i].Labels)
+			delete(l, providers.LabelDeployment)
+			ms[i].Labels = l
 		}
 	}
 	return ms, err
@@ -213,6 +220,7 @@ func TestSuiteCatchesDefects(t *testing.T) {
 		{"RefusalReportedAsOutage", refusalAsOutage, "BadCredentials"},
 		{"KeyLogged", logsKey, "Secrets"},
 		{"KeyInEnvironment", keyInEnvironment, "Secrets"},
+		{"ListWithoutDeployment", noDeploymentLabel, "Reconcile"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sc, ok := scenarios[c.scenario]

@@ -204,6 +204,62 @@ func scenarioBadCredentials(t T, h Harness) {
 	e.checkNoSecrets()
 }
 
+// scenarioReconcile restarts the supervisor over the same store: the
+// machine of a running session is kept and still serves, and a machine
+// left behind by a session whose cleanup a person confirmed too early is
+// found by its labels and removed. A provider that cannot list is left
+// alone.
+func scenarioReconcile(t T, h Harness) {
+	e := newEnv(t, h)
+	e.connect("rec")
+	v := e.start("rec")
+	x := e.session(v.ID)
+	e.connect("left")
+	lv := e.start("left")
+	lx := e.session(lv.ID)
+	e.faults.FailNextDeletes(1)
+	var s supervisor.SessionView
+	e.must("POST", "/v1/agents/left/computer/stop", nil, http.StatusOK, &s)
+	if s.State != store.StateStopping {
+		t.Fatalf("stop with a failing delete: %s, want %s", s.State, store.StateStopping)
+	}
+	e.must("POST", "/v1/agents/left/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}, http.StatusOK, nil)
+	if !e.exists(providers.LabelAttempt, lx.AttemptID) {
+		t.Fatalf("the leftover machine is not on the backend")
+	}
+
+	svc := e.restart()
+	rep, err := svc.Reconcile(e.ctx)
+	if err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	t.Logf("reconcile: %+v", rep)
+	if h.Untagged {
+		if rep.Machines != 0 || rep.Destroyed != 0 || rep.Vanished != 0 {
+			t.Errorf("reconcile of a provider that cannot list: %+v, want nothing done", rep)
+		}
+	} else {
+		if rep.Kept < 1 || rep.Destroyed < 1 || rep.Vanished != 0 {
+			t.Errorf("reconcile: %+v, want the running machine kept and the leftover destroyed", rep)
+		}
+		if e.exists(providers.LabelAttempt, lx.AttemptID) {
+			t.Errorf("the leftover machine is still on the backend after reconcile")
+		}
+	}
+	if !e.exists(providers.LabelAttempt, x.AttemptID) {
+		t.Fatalf("reconcile removed the machine of a running session")
+	}
+	r, err := svc.Exec(e.ctx, "rec", supervisor.ExecRequest{Command: "echo still here"})
+	if err != nil || r.Stdout != "still here\n" {
+		t.Errorf("exec through the restarted supervisor: %+v %v", r, err)
+	}
+	e.must("POST", "/v1/agents/rec/computer/stop", nil, http.StatusOK, nil)
+	if e.exists(providers.LabelAttempt, x.AttemptID) {
+		t.Errorf("the kept machine is still on the backend after stop")
+	}
+	e.checkNoSecrets()
+}
+
 // scenarioSecrets runs a session through its ordinary and bad days and
 // checks that no credential reaches the logs, an API answer, or the
 // computer's environment.
