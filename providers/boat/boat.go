@@ -262,7 +262,7 @@ func (b *Boat) Create(ctx context.Context, spec providers.Spec) (providers.Machi
 	}
 	id := created.Sandbox.ID
 	if err := b.waitState(ctx, key, id, "running"); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: sandbox %s: %w", spec.ComputerID, id, err)
+		return providers.Machine{}, b.undo(ctx, key, id, fmt.Errorf("create computer %s: sandbox %s: %w", spec.ComputerID, id, err))
 	}
 	image := b.o.HeadlessImage
 	if spec.Image == providers.ImageDesktop {
@@ -273,23 +273,40 @@ func (b *Boat) Create(ctx context.Context, spec providers.Spec) (providers.Machi
 		Stderr   string `json:"stderr"`
 	}
 	if _, err := b.call(ctx, key, "POST", "/sandboxes/"+id+"/commands", nil, map[string]any{"command": DockerRun(spec, image), "timeout": 120}, &res); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: start the image: %w", spec.ComputerID, err)
+		return providers.Machine{}, b.undo(ctx, key, id, fmt.Errorf("create computer %s: start the image: %w", spec.ComputerID, err))
 	}
 	if res.ExitCode != 0 {
 		werr := providers.ErrUnavailable
 		if strings.Contains(res.Stderr, "manifest unknown") || strings.Contains(res.Stderr, "not found") {
 			werr = providers.ErrBadImage
 		}
-		return providers.Machine{}, fmt.Errorf("create computer %s: docker run exited %d: %w: %s", spec.ComputerID, res.ExitCode, werr, firstLine(res.Stderr))
+		return providers.Machine{}, b.undo(ctx, key, id, fmt.Errorf("create computer %s: docker run exited %d: %w: %s", spec.ComputerID, res.ExitCode, werr, firstLine(res.Stderr)))
 	}
 	var host struct {
 		URL string `json:"url"`
 	}
 	if _, err := b.call(ctx, key, "POST", "/sandboxes/"+id+"/host", nil, map[string]any{"port": computerd.Port, "public": true}, &host); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: host port %d: %w", spec.ComputerID, computerd.Port, err)
+		return providers.Machine{}, b.undo(ctx, key, id, fmt.Errorf("create computer %s: host port %d: %w", spec.ComputerID, computerd.Port, err))
 	}
 	b.log.Info("computer created", "computer", spec.ComputerID, "sandbox", id)
 	return providers.Machine{ID: id, Endpoint: strings.TrimRight(host.URL, "/"), Labels: spec.Labels()}, nil
+}
+
+// undo deletes the VM of a create that failed for sure (a missing image,
+// no room, a refused key), since the supervisor takes such a failure to
+// mean nothing was left behind. If the delete fails too, the error is
+// reported as an outage instead, so that the supervisor searches for the
+// VM by its label. Other failures leave the VM to that search.
+func (b *Boat) undo(ctx context.Context, key, id string, err error) error {
+	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) && !errors.Is(err, providers.ErrBadCredentials) {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
+	defer cancel()
+	if derr := b.Destroy(providers.WithCredentials(dctx, map[string]string{CredAPIKey: key}), id); derr != nil {
+		return fmt.Errorf("%w (%v); deleting its VM failed too: %v", providers.ErrUnavailable, err, derr)
+	}
+	return err
 }
 
 func firstLine(s string) string { l, _, _ := strings.Cut(strings.TrimSpace(s), "\n"); return l }

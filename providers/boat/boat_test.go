@@ -101,6 +101,10 @@ func TestErrors(t *testing.T) {
 	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) {
 		t.Errorf("missing image: %v", err)
 	}
+	// A definite failure leaves nothing behind: the supervisor relies on it.
+	if ok, _ := f.exists(t.Context(), providers.LabelAttempt, "a_2"); ok {
+		t.Errorf("the VM of a create that failed on its image is still there")
+	}
 	if err := b.CheckCredentials(map[string]string{"token": "x"}); err == nil {
 		t.Errorf("CheckCredentials took a foreign key")
 	}

@@ -429,7 +429,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec providers.Spec) (providers
 	}
 	if _, err := k.c.CoreV1().Pods(k.o.Namespace).Create(ctx, k.Pod(spec), metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			return providers.Machine{}, fmt.Errorf("create computer %s: pod: %w", spec.ComputerID, mapErr(err))
+			return providers.Machine{}, k.undo(ctx, name, fmt.Errorf("create computer %s: pod: %w", spec.ComputerID, mapErr(err)))
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
@@ -440,7 +440,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec providers.Spec) (providers
 			return providers.Machine{}, fmt.Errorf("create computer %s: pod %s: %w", spec.ComputerID, name, mapErr(err))
 		}
 		if m, ok, err := machineOf(pod); err != nil {
-			return providers.Machine{}, fmt.Errorf("create computer %s: pod %s: %w", spec.ComputerID, name, err)
+			return providers.Machine{}, k.undo(ctx, name, fmt.Errorf("create computer %s: pod %s: %w", spec.ComputerID, name, err))
 		} else if ok {
 			k.log.Info("computer created", "computer", spec.ComputerID, "pod", name, "ip", pod.Status.PodIP)
 			return m, nil
@@ -451,6 +451,23 @@ func (k *Kubernetes) Create(ctx context.Context, spec providers.Spec) (providers
 		case <-time.After(k.o.PollInterval):
 		}
 	}
+}
+
+// undo removes what a create made when it fails for sure (a missing
+// image, no room, refused credentials), since the supervisor takes such a
+// failure to mean nothing was left behind. If the removal fails too, the
+// error is reported as an outage instead, so that the supervisor searches
+// for the machine by its label.
+func (k *Kubernetes) undo(ctx context.Context, name string, err error) error {
+	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) && !errors.Is(err, providers.ErrBadCredentials) {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if derr := k.Destroy(dctx, name); derr != nil {
+		return fmt.Errorf("%w (%v); removing what it made failed too: %v", providers.ErrUnavailable, err, derr)
+	}
+	return err
 }
 
 // machineOf reads a pod: ok once it runs with an address; an error when

@@ -272,6 +272,18 @@ func TestErrors(t *testing.T) {
 	if _, err := k.Create(t.Context(), testSpec()); !errors.Is(err, providers.ErrBadImage) {
 		t.Errorf("Create with an image that cannot be pulled = %v, want ErrBadImage", err)
 	}
+	// A definite failure leaves nothing behind: the supervisor relies on it.
+	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
+		t.Errorf("after a missing image: %v %v, want no pod and no policy left", ms, err)
+	}
+	f.badImage = ""
+	f.nextCreate = []error{apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "x", errors.New("exceeded quota: compute"))}
+	if _, err := k.Create(t.Context(), testSpec()); !errors.Is(err, providers.ErrCapacity) {
+		t.Errorf("quota: %v", err)
+	}
+	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
+		t.Errorf("after a refused pod: %v %v, want its policy removed", ms, err)
+	}
 	f.refuse = true
 	if _, err := k.List(t.Context()); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("List with a refused token = %v", err)
