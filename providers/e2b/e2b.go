@@ -75,7 +75,11 @@ func init() {
 // the settings s names.
 func Register(id, summary string, s Settings) {
 	providers.Register(id, func(cfg providers.Config) (providers.Provider, error) {
-		return New(OptionsFromConfig(id, s, cfg))
+		o := OptionsFromConfig(id, s, cfg)
+		if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s %q is not an http(s) URL", s.APIURL, o.APIURL)
+		}
+		return New(o)
 	})
 	providers.Describe(id, describer{summary: summary, s: s})
 }

@@ -243,7 +243,7 @@ func TestRegistered(t *testing.T) {
 			return "ftp://x"
 		}
 		return ""
-	}}); err == nil || !strings.Contains(err.Error(), "ftp://x") {
+	}}); err == nil || !strings.Contains(err.Error(), "ftp://x") || !strings.Contains(err.Error(), "E2B_API_URL") {
 		t.Errorf("bad API URL: %v", err)
 	}
 }
