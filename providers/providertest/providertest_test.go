@@ -209,7 +209,7 @@ func TestSuiteCatchesDefects(t *testing.T) {
 	for _, sc := range providertest.Scenarios() {
 		scenarios[sc.Name] = sc
 	}
-	for _, c := range []struct {
+	cases := []struct {
 		name     string
 		d        defect
 		scenario string
@@ -221,7 +221,17 @@ func TestSuiteCatchesDefects(t *testing.T) {
 		{"KeyLogged", logsKey, "Secrets"},
 		{"KeyInEnvironment", keyInEnvironment, "Secrets"},
 		{"ListWithoutDeployment", noDeploymentLabel, "Reconcile"},
-	} {
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.scenario] = true
+	}
+	for name := range scenarios {
+		if !covered[name] {
+			t.Errorf("no defective provider is run against scenario %s", name)
+		}
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sc, ok := scenarios[c.scenario]
 			if !ok {
