@@ -9,7 +9,6 @@ package companion
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -26,6 +25,8 @@ import (
 	"github.com/berthdev/berth/app/autostart"
 	"github.com/berthdev/berth/app/dbusprobe"
 	"github.com/berthdev/berth/app/ui"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
 )
 
 // Icon is the app's icon (256x256 PNG), also used by fyne package.
@@ -38,19 +39,20 @@ const AppID = "dev.berth.companion"
 
 // Options configure Run.
 type Options struct {
-	// Socket is the control socket of an agent installed as a system
-	// service; when it answers, the app attaches to it.
+	// DataDir is the lending agent's data folder (default
+	// DefaultDataDir()). When its control socket answers (a service, or
+	// berth agent run), the app attaches to that agent; otherwise it runs
+	// the agent itself, on the same folder and socket.
+	DataDir string
+	// Socket, when set, is the only control socket the app attaches to;
+	// it then never runs an agent itself.
 	Socket string
-	// StartAgent starts an agent in this process when no service answers
-	// and returns its control socket and a function that stops it. Nil
-	// means attach only: the window then says how to start the agent.
-	StartAgent func(ctx context.Context) (socket string, stop func(), err error)
+	// Docker configures the app's own agent's computers (default: from
+	// the environment, as berth agent run).
+	Docker *docker.Options
 	// ConfigDir holds the pairing credentials' file fallback (default:
 	// the user's config directory, berth/).
 	ConfigDir string
-	// Service installs and removes the agent as a system service; nil
-	// leaves that setting disabled.
-	Service ui.Service
 	// Hidden starts with the window hidden when a tray is up.
 	Hidden bool
 	// Version is the app's version, sent to the supervisor when pairing.
@@ -69,11 +71,34 @@ func Run(ctx context.Context, opts Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	agent, where, stop, err := connect(ctx, opts, log)
+	var store []credstore.Option
+	if opts.ConfigDir != "" {
+		store = append(store, credstore.WithDir(opts.ConfigDir))
+	}
+	creds, err := credstore.New(store...)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	agent, where, r, err := connect(ctx, opts, creds, log)
+	if err != nil {
+		return err
+	}
+	defer agent.Close()
+	if r != nil {
+		r.Start(ctx)
+		defer func() {
+			cancel()
+			r.Wait()
+		}()
+	}
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		dataDir = DefaultDataDir()
+	}
+	var svc ui.Service
+	if opts.Socket == "" {
+		svc = newServiceCtl(dataDir, r)
+	}
 
 	// The tray only where a session bus answers: without one the tray
 	// library fails, and the window is all there is. Asked before the app
@@ -91,10 +116,6 @@ func Run(ctx context.Context, opts Options) error {
 	w := a.NewWindow("Berth")
 	w.Resize(fyne.NewSize(760, 620))
 
-	var store []credstore.Option
-	if opts.ConfigDir != "" {
-		store = append(store, credstore.WithDir(opts.ConfigDir))
-	}
 	exe, _ := os.Executable()
 	var auto ui.Autostart
 	if e, err := autostart.New(exe, "--hidden"); err == nil {
@@ -103,14 +124,20 @@ func Run(ctx context.Context, opts Options) error {
 	u := ui.New(a, w, agent, ui.Options{
 		Where:     where,
 		Autostart: auto,
-		Service:   opts.Service,
+		Service:   svc,
 		Logger:    log,
 		Pair: func(ctx context.Context, url, code, name string) (agentlink.Paired, error) {
-			cs, err := credstore.New(store...)
-			if err != nil {
-				return agentlink.Paired{}, err
+			p, err := agentlink.Pair(ctx, creds, url, code, name, "berth-companion/"+opts.Version)
+			if err == nil && r != nil {
+				r.Restart() // the app's agent starts with the new pairing
 			}
-			return agentlink.Pair(ctx, cs, url, code, name, "berth-companion/"+opts.Version)
+			return p, err
+		},
+		AgentProblem: func() string {
+			if r == nil {
+				return ""
+			}
+			return r.Problem()
 		},
 	})
 
@@ -156,30 +183,33 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// connect attaches to the service's socket when it answers, or else
-// starts the in-process agent.
-func connect(ctx context.Context, opts Options, log *slog.Logger) (agentlink.Agent, string, func(), error) {
+// connect attaches to the agent whose control socket answers, or else
+// prepares the app's own agent (r, started by the caller).
+func connect(ctx context.Context, opts Options, creds *credstore.Store, log *slog.Logger) (c *control.Client, where string, r *runner, err error) {
 	if opts.Socket != "" {
 		if c, err := attach(ctx, opts.Socket); err == nil {
-			return c, "the system service at " + opts.Socket, c.Close, nil
-		} else if opts.StartAgent == nil {
+			return c, "the agent at " + opts.Socket, nil, nil
+		} else {
 			log.Warn("agent not reachable", "socket", opts.Socket, "err", err)
 		}
+		return control.NewClient(opts.Socket), "the agent at " + opts.Socket + " (not answering yet)", nil, nil
 	}
-	if opts.StartAgent == nil {
-		if opts.Socket == "" {
-			return nil, "", nil, errors.New("companion: no agent socket and no agent to start")
-		}
-		// The window says the agent is unreachable and keeps trying.
-		c := control.NewClient(opts.Socket)
-		return c, "the agent at " + opts.Socket + " (not answering yet)", c.Close, nil
+	dataDir := opts.DataDir
+	if dataDir == "" {
+		dataDir = DefaultDataDir()
 	}
-	sock, stop, err := opts.StartAgent(ctx)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("companion: start the agent: %w", err)
+	socket := filepath.Join(dataDir, control.SocketName)
+	if c, err := attach(ctx, socket); err == nil {
+		return c, "the agent service at " + socket, nil, nil
 	}
-	c := control.NewClient(sock)
-	return c, "this app's own agent", func() { c.Close(); stop() }, nil
+	var dopts docker.Options
+	if opts.Docker != nil {
+		dopts = *opts.Docker
+	} else if dopts, err = docker.OptionsFromConfig(providers.Config{Getenv: os.Getenv}); err != nil {
+		return nil, "", nil, fmt.Errorf("companion: Docker settings: %w", err)
+	}
+	r = newRunner(dataDir, dopts, creds, opts.Version, log)
+	return control.NewClient(socket), "this app's own agent (" + dataDir + ")", r, nil
 }
 
 // attach returns a client of the control socket at path when the agent
@@ -198,13 +228,4 @@ func attach(ctx context.Context, path string) (*control.Client, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-// DefaultSocket is where the system service's control socket is looked
-// for: $BERTH_AGENT_SOCKET, or the service's data folder.
-func DefaultSocket() string {
-	if s := os.Getenv("BERTH_AGENT_SOCKET"); s != "" {
-		return s
-	}
-	return filepath.Join("/var/lib/berth-agent", control.SocketName)
 }

@@ -57,6 +57,9 @@ type Options struct {
 	// Where says how the app reaches its agent, shown in the settings
 	// ("this app's own agent", "the system service at PATH").
 	Where string
+	// AgentProblem, when set, says why the agent does not answer (not
+	// paired yet, say); it is shown instead of the bare connection error.
+	AgentProblem func() string
 	// Quit ends the app (default: the fyne app's Quit).
 	Quit func()
 	// Logger defaults to slog.Default().
@@ -331,7 +334,13 @@ func (u *UI) apply(s snapshot) {
 	now := u.opts.Now()
 	if s.err != nil && s.status.Version == "" && !s.status.Lending && s.sessions == nil {
 		u.stateText.SetText("Cannot reach the agent")
-		u.prompter.notice("agent", "Cannot reach the agent: "+errText(s.err))
+		why := "Cannot reach the agent: " + errText(s.err)
+		if u.opts.AgentProblem != nil {
+			if p := u.opts.AgentProblem(); p != "" {
+				why = "The agent is not running: " + p
+			}
+		}
+		u.prompter.notice("agent", why)
 		u.setTray(agentlink.StateOffline, s)
 		return
 	}

@@ -18,7 +18,8 @@ import (
 var version = "dev"
 
 func main() {
-	socket := flag.String("socket", companion.DefaultSocket(), "control socket of the agent's system service")
+	data := flag.String("data", companion.DefaultDataDir(), "the lending agent's data folder; the app attaches to the agent whose control socket answers there, or runs it itself")
+	socket := flag.String("socket", "", "attach only to the agent at this control socket, never run one")
 	configDir := flag.String("config-dir", os.Getenv("BERTH_CONFIG_DIR"), "where pairing credentials fall back to an encrypted file (default: the user's config directory, berth/)")
 	hidden := flag.Bool("hidden", false, "start with the window hidden when the tray is up (start at login)")
 	debug := flag.Bool("debug", false, "log debug messages")
@@ -32,6 +33,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := companion.Run(ctx, companion.Options{
+		DataDir:   *data,
 		Socket:    *socket,
 		ConfigDir: *configDir,
 		Hidden:    *hidden,
