@@ -96,11 +96,13 @@ func OptionsFromConfig(id string, s Settings, cfg providers.Config) Options {
 	}
 }
 
+// describer describes an E2B-compatible provider by its settings.
 type describer struct {
 	summary string
 	s       Settings
 }
 
+// Describe implements providers.Describer.
 func (d describer) Describe() providers.Description {
 	return providers.Description{
 		Summary: d.summary,
@@ -169,11 +171,6 @@ func New(o Options) (*Provider, error) {
 	}
 	return &Provider{o: o, hc: &http.Client{Transport: o.Transport, Timeout: 2 * time.Minute},
 		log: o.Logger.With("component", o.Name), tokens: map[string]string{}}, nil
-}
-
-// Describe implements providers.Describer.
-func (*Provider) Describe() providers.Description {
-	return describer{summary: "E2B sandboxes", s: E2BSettings}.Describe()
 }
 
 // CheckCredentials requires a non-empty apiKey and nothing else.
@@ -516,5 +513,5 @@ var (
 	_ providers.Lister            = (*Provider)(nil)
 	_ providers.Transporter       = (*Provider)(nil)
 	_ providers.CredentialChecker = (*Provider)(nil)
-	_ providers.Describer         = (*Provider)(nil)
+	_ providers.Describer         = describer{}
 )
