@@ -16,6 +16,8 @@ import (
 type Paired struct {
 	AgentID       string
 	SupervisorURL string
+	// RelayURL is the relay the supervisor named, if any.
+	RelayURL string
 	// StoredIn is credstore.InKeyring or credstore.InFile.
 	StoredIn string
 }
@@ -36,13 +38,20 @@ func Pair(ctx context.Context, store *credstore.Store, supervisorURL, code, name
 	if err != nil {
 		return Paired{}, fmt.Errorf("supervisor URL: %w", err)
 	}
+	return PairWith(ctx, c, store, code, name)
+}
+
+// PairWith is Pair through a client of the supervisor (berth agent pair
+// uses it too): the agent id, token and the relay the supervisor names are
+// kept in store.
+func PairWith(ctx context.Context, c *client.Client, store *credstore.Store, code, name string) (Paired, error) {
 	p, err := c.Pair(ctx, code, name)
 	if err != nil {
 		return Paired{}, fmt.Errorf("pair: %w", err)
 	}
-	where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL()})
+	where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL})
 	if err != nil {
 		return Paired{}, fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
 	}
-	return Paired{AgentID: p.AgentID, SupervisorURL: c.BaseURL(), StoredIn: where}, nil
+	return Paired{AgentID: p.AgentID, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL, StoredIn: where}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/app/agentlink"
 	"github.com/berthdev/berth/supervisor/client"
 )
 
@@ -48,14 +49,11 @@ token is never printed.`,
 			if err != nil {
 				return err
 			}
-			p, err := c.Pair(cmd.Context(), args[0], name)
+			p, err := agentlink.PairWith(cmd.Context(), c, store, args[0], name)
 			if err != nil {
-				return fmt.Errorf("pair: %w", err)
+				return err
 			}
-			where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL})
-			if err != nil {
-				return fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
-			}
+			where := p.StoredIn
 			if jsonOutput(cmd) {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
