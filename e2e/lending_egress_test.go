@@ -1,0 +1,470 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay"
+	"github.com/berthdev/berth/relay/relayserver"
+)
+
+// needNetns skips a test that makes network namespaces unless this process
+// can (root, or CAP_SYS_ADMIN and CAP_NET_ADMIN, and the ip command); with
+// BERTH_REQUIRE_NETNS=1, as in CI, it fails instead.
+func needNetns(t *testing.T) {
+	t.Helper()
+	const run = `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEgress ./e2e/`
+	var why string
+	if _, err := exec.LookPath("ip"); err != nil {
+		why = "the ip command is missing (apt-get install -y iproute2)"
+	} else if !hasCaps(unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN) {
+		why = "making a network namespace needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+	} else {
+		return
+	}
+	if os.Getenv("BERTH_REQUIRE_NETNS") == "1" {
+		t.Fatalf("%s, and BERTH_REQUIRE_NETNS=1; run: %s", why, run)
+	}
+	t.Skipf("%s; to run this test: %s (BERTH_REQUIRE_NETNS=1 turns this skip into a failure)", why, run)
+}
+
+func hasCaps(caps ...int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		h, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		eff, err := strconv.ParseUint(strings.TrimSpace(h), 16, 64)
+		if err != nil {
+			return false
+		}
+		for _, c := range caps {
+			if eff&(1<<c) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// lendNetns is a network namespace joined to this one by a veth pair: addr
+// inside, local on this side, and nothing else reachable through it.
+type lendNetns struct {
+	name, hostDev, nsDev string
+	addr, local          netip.Addr
+}
+
+// newLendNetns makes the namespace, as supervisor/egress's test does: a
+// random address in 44.128.0.0/16 (public unicast, AMPRNet's test network,
+// outside every range the proxy blocks) inside, a link-local one in
+// 169.254.200.0-169.254.249.255 on this side. Everything is deleted by
+// name when the test ends.
+func newLendNetns(t *testing.T, ctx context.Context) *lendNetns {
+	t.Helper()
+	needNetns(t)
+	var b [7]byte
+	rand.Read(b[:])
+	id := fmt.Sprintf("%02x%02x%02x", b[0], b[1], b[2])
+	n := &lendNetns{
+		name: "berth-le-" + id, hostDev: "ble" + id + "h", nsDev: "ble" + id + "n",
+		addr:  netip.AddrFrom4([4]byte{44, 128, 1 + b[3]%254, 1 + b[4]%254}),
+		local: netip.AddrFrom4([4]byte{169, 254, 200 + b[5]%50, 1 + b[6]%254}),
+	}
+	runIP(t, ctx, "netns", "add", n.name)
+	t.Cleanup(func() { cleanupIP(t, "netns", "delete", n.name) })
+	runIP(t, ctx, "link", "add", n.hostDev, "type", "veth", "peer", "name", n.nsDev, "netns", n.name)
+	t.Cleanup(func() {
+		if _, err := net.InterfaceByName(n.hostDev); err == nil {
+			cleanupIP(t, "link", "delete", n.hostDev)
+		}
+	})
+	runIP(t, ctx, "addr", "add", n.local.String()+"/32", "dev", n.hostDev)
+	runIP(t, ctx, "link", "set", n.hostDev, "up")
+	runIP(t, ctx, "-n", n.name, "link", "set", "lo", "up")
+	runIP(t, ctx, "-n", n.name, "addr", "add", n.addr.String()+"/32", "dev", n.nsDev)
+	runIP(t, ctx, "-n", n.name, "link", "set", n.nsDev, "up")
+	runIP(t, ctx, "route", "add", n.addr.String()+"/32", "dev", n.hostDev, "src", n.local.String())
+	runIP(t, ctx, "-n", n.name, "route", "add", n.local.String()+"/32", "dev", n.nsDev, "src", n.addr.String())
+	return n
+}
+
+func runIP(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func cleanupIP(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+		t.Errorf("clean up: ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// checkRoutes fails the test unless packets for the namespace's address go
+// straight into the test's own veth and its answers straight back, so that
+// nothing the test sends can leave the machine.
+func (n *lendNetns) checkRoutes(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for _, c := range []struct{ netns, dst, dev, src string }{
+		{"", n.addr.String(), n.hostDev, n.local.String()},
+		{n.name, n.local.String(), n.nsDev, n.addr.String()},
+	} {
+		args := []string{"-o", "route", "get", c.dst}
+		if c.netns != "" {
+			args = append([]string{"-n", c.netns}, args...)
+		}
+		out := runIP(t, ctx, args...)
+		f := strings.Fields(out)
+		field := func(k string) string {
+			if i := slices.Index(f, k); i >= 0 && i+1 < len(f) {
+				return f[i+1]
+			}
+			return ""
+		}
+		if len(f) == 0 || f[0] != c.dst || field("dev") != c.dev || field("src") != c.src || slices.Contains(f, "via") {
+			t.Fatalf("STOP, packets could leave this machine: ip %s says\n%s\nwant %s dev %s src %s, with no gateway",
+				strings.Join(args, " "), out, c.dst, c.dev, c.src)
+		}
+	}
+}
+
+// listen opens a TCP listener inside the namespace, on a locked thread
+// that is put back afterwards (or stays locked, and ends, if it cannot be).
+func (n *lendNetns) listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	type result struct {
+		ln    net.Listener
+		err   error
+		stuck bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		r := func() result {
+			orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+			if err != nil {
+				return result{err: err}
+			}
+			defer orig.Close()
+			target, err := os.Open("/var/run/netns/" + n.name)
+			if err != nil {
+				return result{err: err}
+			}
+			defer target.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				return result{err: err}
+			}
+			ln, lerr := net.Listen("tcp", addr)
+			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+				if ln != nil {
+					ln.Close()
+				}
+				return result{err: err, stuck: true}
+			}
+			return result{ln: ln, err: lerr}
+		}()
+		if !r.stuck {
+			runtime.UnlockOSThread()
+		}
+		done <- r
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("listen on %s in %s: %v", addr, n.name, r.err)
+	}
+	t.Cleanup(func() { r.ln.Close() })
+	return r.ln
+}
+
+// lendResolver is the agent's resolver in the test: names for the
+// namespace's server and for a LAN address.
+type lendResolver map[string][]netip.Addr
+
+func (z lendResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, ok := z[strings.TrimSuffix(host, ".")]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// TestLendingEgress checks, from inside real lent computers, that the
+// lending agent's own egress proxy is their only way out: through it a
+// server at a public-looking address (in a network namespace the test
+// makes) answers, while the lender's own addresses (a public-looking one
+// included), its loopback, the metadata address, a LAN address and the
+// Docker gateway are refused with 403; a direct connection fails; the
+// proxy the supervisor named is replaced by the agent's; and with the
+// owner's egress setting off a new computer has no proxy at all and the
+// proxy lets nobody through.
+func TestLendingEgress(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := newLendNetns(t, ctx)
+	ns.checkRoutes(t, ctx)
+
+	// A public-looking address of the lender's own, on the test's veth,
+	// with a service on every interface: no default range blocks it, the
+	// agent must know it as its own.
+	var b [2]byte
+	rand.Read(b[:])
+	own := netip.AddrFrom4([4]byte{44, 129, 1 + b[0]%254, 1 + b[1]%254})
+	runIP(t, ctx, "addr", "add", own.String()+"/32", "dev", ns.hostDev)
+	hostSvc, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostSvc.Close()
+	go http.Serve(hostSvc, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "lender's own service") }))
+	svcPort := strconv.Itoa(hostSvc.Addr().(*net.TCPAddr).Port)
+
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Authorization") != "" {
+			t.Errorf("the proxy forwarded the computer's credentials upstream")
+		}
+		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
+	}))
+	upstream.Listener.Close()
+	upstream.Listener = ns.listen(t, netip.AddrPortFrom(ns.addr, 80).String())
+	upstream.Start()
+	defer upstream.Close()
+
+	logs := &logBuf{t: t}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	const agentID = "cp_egress"
+	rs := relayserver.New(relayserver.Config{Logger: log, Authenticate: func(string) (string, bool) { return agentID, true }})
+	mux := http.NewServeMux()
+	mux.Handle(relay.ConnectPath, rs)
+	rsrv := httptest.NewServer(mux)
+	defer rsrv.Close()
+	defer rs.Close()
+
+	dir := t.TempDir()
+	sock := filepath.Join(dir, control.SocketName)
+	ready := make(chan *lender.Lender, 1)
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- lender.RunAgent(actx, lender.AgentOptions{
+			AgentID: agentID, Token: "agent-token", RelayURL: "ws" + strings.TrimPrefix(rsrv.URL, "http") + relay.ConnectPath,
+			DataDir: dir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
+			Egress: lender.EgressOptions{Listen: ":0", Resolver: lendResolver{
+				"allowed.lend.test": {ns.addr},
+				"lan.lend.test":     {netip.MustParseAddr("192.168.1.20")},
+			}},
+			Logger: log, Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
+		})
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("agent ended: %v", err)
+	}
+	owner := control.NewClient(sock)
+	defer owner.Close()
+	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(512))}); err != nil {
+		t.Fatal(err)
+	}
+	for ctx.Err() == nil {
+		if p, ok := rs.Presence(agentID); ok && p.Online {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st, err := owner.Status(ctx)
+	if err != nil || !st.Egress.On || !st.Egress.Listening {
+		t.Fatalf("status: %+v %v", st.Egress, err)
+	}
+	proxyHost, proxyPort, _ := net.SplitHostPort(st.Egress.Address)
+	if fi, err := os.Stat(filepath.Join(dir, lender.EgressSecretFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("egress secret file: %v %v", fi, err)
+	}
+	secret, _ := os.ReadFile(filepath.Join(dir, lender.EgressSecretFile))
+	if rules, err := exec.Command("iptables", "-S", "INPUT").Output(); err != nil || !strings.Contains(string(rules), "--dport "+proxyPort+" ") {
+		t.Fatalf("the host firewall does not open the agent's proxy port %s to computers: %v\n%s", proxyPort, err, rules)
+	}
+
+	// The supervisor's side: creates and commands through the relay.
+	hc := &http.Client{Transport: rs.Transport(agentID)}
+	start := func(env map[string]string) (lender.Computer, *computerd.Client) {
+		t.Helper()
+		var id [6]byte
+		rand.Read(id[:])
+		cid := fmt.Sprintf("le%x", id)
+		tok := "tok-" + cid
+		body, _ := json.Marshal(lender.CreateRequest{ComputerID: cid, SessionID: "s_" + cid, AttemptID: "a_" + cid,
+			Deployment: "dep-e2e", Agent: "lend-egress", Image: "headless", TokenHash: token.Hash(tok), LeaseSeconds: 600, Env: env})
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://lender"+lender.PathComputers, bytes.NewReader(body))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var c lender.Computer
+		if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&c) != nil {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("create: %s %s", resp.Status, raw)
+		}
+		t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", c.MachineID).Run() })
+		cl := computerd.NewClient("http://lender"+lender.EndpointPath(cid), tok, computerd.WithTransport(rs.Transport(agentID)))
+		for {
+			if _, err := cl.Health(ctx); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return c, cl
+	}
+	run := func(cl *computerd.Client, cmd string) computerd.ExecResult {
+		t.Helper()
+		x, err := cl.Exec(ctx, computerd.ExecRequest{Command: cmd, TimeoutMs: 30000})
+		if err != nil {
+			t.Fatalf("exec %q: %v", cmd, err)
+		}
+		return x
+	}
+
+	// The supervisor names its own proxy, which a lent computer cannot
+	// reach; the agent puts its own in its place.
+	supervisorProxy := "http://c:supervisor-password@10.213.0.1:3128"
+	c1, cl := start(map[string]string{"HTTP_PROXY": supervisorProxy, "https_proxy": supervisorProxy, "LANG": "C.UTF-8"})
+	x := run(cl, "env")
+	if strings.Contains(x.Stdout, "supervisor-password") || !strings.Contains(x.Stdout, "LANG=C.UTF-8") || strings.Contains(x.Stdout, strings.TrimSpace(string(secret))) {
+		t.Fatalf("environment: %q", x.Stdout)
+	}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		v := envValue(x.Stdout, k)
+		u, err := url.Parse(v)
+		if err != nil || u.User.Username() != c1.ComputerID || u.Host != st.Egress.Address {
+			t.Fatalf("%s=%q: want the agent's proxy %s as %s", k, v, st.Egress.Address, c1.ComputerID)
+		}
+	}
+
+	// An allowed host, by name and by address.
+	for _, target := range []string{"http://allowed.lend.test/hello", "http://" + ns.addr.String() + "/direct-ip"} {
+		x := run(cl, "computerd fetch "+target)
+		if x.ExitCode != 0 || !strings.Contains(x.Stdout, "hello from") {
+			t.Fatalf("%s through the agent's proxy: %+v", target, x)
+		}
+	}
+	// What the lender's proxy refuses.
+	gateway := computerGateway(t, run(cl, `awk '$2 == "00000000" {print $3}' /proc/net/route`).Stdout)
+	refused := []string{
+		"http://169.254.169.254/latest/meta-data/",
+		"http://192.168.1.20/",
+		"http://lan.lend.test/",
+		"http://" + net.JoinHostPort(own.String(), svcPort) + "/",
+		"http://" + net.JoinHostPort(proxyHost, svcPort) + "/",
+		"http://" + net.JoinHostPort(gateway, svcPort) + "/",
+		"http://127.1:" + svcPort + "/", // loopback; an HTTP client sends 127.0.0.1 itself straight, never through a proxy
+		"http://" + net.JoinHostPort(ns.local.String(), svcPort) + "/",
+		"http://2130706433:" + svcPort + "/",
+	}
+	for _, target := range refused {
+		x := run(cl, "computerd fetch -timeout 5s "+target)
+		if x.ExitCode != 1 || !strings.Contains(x.Stdout, "403") || !strings.Contains(x.Stdout, "blocked-address") {
+			t.Errorf("%s: want a 403 blocked-address refusal, got %+v", target, x)
+		}
+	}
+	// No way around the proxy.
+	for _, target := range []string{"http://" + ns.addr.String() + "/", "http://" + net.JoinHostPort(gateway, svcPort) + "/",
+		"http://" + net.JoinHostPort(own.String(), svcPort) + "/"} {
+		x := run(cl, "computerd fetch -direct -timeout 3s "+target)
+		if x.ExitCode == 0 || strings.Contains(x.Stdout, "hello from") || strings.Contains(x.Stdout, "own service") {
+			t.Errorf("direct %s: %+v", target, x)
+		}
+	}
+	// Another computer's credentials do not pass.
+	x = run(cl, `HTTP_PROXY=$(echo $HTTP_PROXY | sed 's#//[^:]*:#//someone-else:#') computerd fetch http://allowed.lend.test/`)
+	if x.ExitCode != 1 || !strings.Contains(x.Stdout, "407") {
+		t.Errorf("credentials for another computer: %+v", x)
+	}
+
+	// Egress off: a new computer has no proxy, and the proxy lets nobody
+	// through.
+	if s, err := owner.UpdateSettings(ctx, control.SettingsUpdate{Egress: ptrTo(false)}); err != nil || s.Egress {
+		t.Fatalf("egress off: %+v %v", s, err)
+	}
+	_, cl2 := start(map[string]string{"HTTP_PROXY": supervisorProxy})
+	if x := run(cl2, "env | grep -i _proxy; true"); x.Stdout != "" {
+		t.Fatalf("egress off, the environment names a proxy: %q", x.Stdout)
+	}
+	if x := run(cl2, "computerd fetch -direct -timeout 3s http://"+ns.addr.String()+"/"); x.ExitCode == 0 {
+		t.Fatalf("egress off, a direct connection worked: %+v", x)
+	}
+	if x := run(cl, "computerd fetch -timeout 5s http://allowed.lend.test/"); x.ExitCode == 0 || strings.Contains(x.Stdout, "hello from") {
+		t.Fatalf("egress off, the proxy still lets a computer out: %+v", x)
+	}
+	if strings.Contains(logs.String(), strings.TrimSpace(string(secret))) {
+		t.Fatal("the egress secret reached the log")
+	}
+	if st, err := owner.Status(ctx); err != nil || st.Egress.On || st.Egress.Allowed < 2 || st.Egress.Refused < uint64(len(refused)) {
+		t.Fatalf("status after: %+v %v", st.Egress, err)
+	}
+}
+
+func envValue(env, key string) string {
+	for line := range strings.SplitSeq(env, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// computerGateway reads a default gateway from /proc/net/route's hex.
+func computerGateway(t *testing.T, hexAddr string) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := fmt.Sscanf(strings.TrimSpace(hexAddr), "%02X%02X%02X%02X", &b[3], &b[2], &b[1], &b[0]); err != nil {
+		t.Fatalf("gateway %q: %v", hexAddr, err)
+	}
+	return netip.AddrFrom4(b).String()
+}
