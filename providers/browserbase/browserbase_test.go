@@ -44,6 +44,8 @@ type stack struct {
 	p    *Browserbase
 	srv  *httptest.Server
 	logs *bytes.Buffer
+	// restart makes another supervisor on the same store, as after a crash.
+	restart func() *supervisor.Service
 }
 
 func newStack(t *testing.T) *stack {
@@ -69,6 +71,14 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	s := &stack{t: t, fake: f, p: p, srv: httptest.NewServer(api.New(svc, operator, log)), logs: logs}
+	s.restart = func() *supervisor.Service {
+		svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{ID: p}, DefaultProvider: ID,
+			Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
 	t.Cleanup(func() { s.srv.Close(); st.Close() })
 	return s
 }
@@ -195,6 +205,42 @@ func TestLostCreateReply(t *testing.T) {
 		t.Errorf("%d sessions at Browserbase, want 1", n)
 	}
 	s.call("POST", "/v1/agents/lost/computer/stop", nil)
+}
+
+// TestReconcile restarts the supervisor with a running session and a
+// leftover whose release kept failing: reconciliation keeps the first,
+// found by its user metadata, and releases the second.
+func TestReconcile(t *testing.T) {
+	s := newStack(t)
+	for _, a := range []string{"rec", "left"} {
+		s.call("POST", "/v1/agents", map[string]any{"id": a, "name": a})
+		s.call("POST", "/v1/computers", map[string]any{"agent": a, "provider": ID, "credentials": map[string]string{CredAPIKey: s.fake.Key}})
+		if code, raw := s.call("POST", "/v1/agents/"+a+"/computer/start", nil); code != 200 {
+			t.Fatalf("start %s: %d %s", a, code, raw)
+		}
+	}
+	s.fake.FailNextDeletes(1)
+	s.call("POST", "/v1/agents/left/computer/stop", nil)
+	if code, raw := s.call("POST", "/v1/agents/left/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}); code != 200 {
+		t.Fatalf("confirm-cleanup: %d %s", code, raw)
+	}
+	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "left"); !ok {
+		t.Fatalf("the leftover session is not running at Browserbase")
+	}
+	rep, err := s.restart().Reconcile(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kept != 1 || rep.Destroyed != 1 || rep.Vanished != 0 {
+		t.Errorf("reconcile: %+v, want the running session kept and the leftover released", rep)
+	}
+	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "left"); ok {
+		t.Errorf("the leftover session still runs after reconcile")
+	}
+	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "rec"); !ok {
+		t.Errorf("reconcile released the running session")
+	}
+	s.call("POST", "/v1/agents/rec/computer/stop", nil)
 }
 
 // TestErrors maps Browserbase's answers.
