@@ -38,7 +38,7 @@ test-short: ## run the tests that need no Docker engine
 # reports, with its baseline from the same run, their ratio and the target.
 # Benchmarks in BENCH_PKGS run at the default benchtime; add packages there.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
-BENCH_PKGS ?= ./supervisor/store/... ./supervisor/egress/ ./relay/... ./agent/lender/
+BENCH_PKGS ?= ./supervisor/store/... ./supervisor/egress/ ./relay/... ./agent/lender/ ./app/ui/
 bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
 	@{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density' -benchtime 10x -count 1 ./e2e/ ./providers/docker/; \
 	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 ./e2e/; \
