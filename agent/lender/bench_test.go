@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
@@ -86,4 +87,67 @@ func BenchmarkLentExec(b *testing.B) {
 	b.ReportMetric(float64(dt.Microseconds())/n, "direct-µs/op")
 	b.ReportMetric(float64(rt.Microseconds())/n, "relayed-µs/op")
 	b.ReportMetric(float64(rt)/float64(dt), "ratio")
+}
+
+// BenchmarkLentCreate measures a start on a lent machine, from the create
+// to the first command answered, from the warm pool and cold, alternating
+// the two in one run on the real engine. It reports both and their ratio.
+func BenchmarkLentCreate(b *testing.B) {
+	requireDocker(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const agent = "cp_bench_pool"
+	removeDeployment(b, agent)
+	r := newRig(b, agent, "", nil)
+	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 1 })
+	if _, err := r.l.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	setPool := func(n int) {
+		if _, err := r.l.UpdateSettings(control.SettingsUpdate{WarmPoolSize: ptr(n)}); err != nil {
+			b.Fatal(err)
+		}
+		waitPool(b, ctx, r, n)
+	}
+	startOne := func() time.Duration {
+		req, tok := request("bench")
+		t0 := time.Now()
+		if _, err := r.l.Create(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		c, _ := r.l.lookup(req.ComputerID)
+		cl := computerd.NewClient(c.endpoint, tok, computerd.WithTransport(r.l.transport))
+		for {
+			x, err := cl.Exec(ctx, computerd.ExecRequest{Command: "true", TimeoutMs: 10000})
+			if err == nil && x.ExitCode == 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		took := time.Since(t0)
+		b.StopTimer()
+		if err := r.l.Destroy(ctx, req.ComputerID); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	waitPool(b, ctx, r, 1)
+	var warm, cold time.Duration
+	b.ResetTimer()
+	b.StopTimer()
+	for i := 0; i < b.N; i++ {
+		setPool(1)
+		b.StartTimer()
+		warm += startOne()
+		setPool(0)
+		b.StartTimer()
+		cold += startOne()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(warm.Microseconds())/n/1000, "pool-ms/op")
+	b.ReportMetric(float64(cold.Microseconds())/n/1000, "cold-ms/op")
+	b.ReportMetric(float64(warm)/float64(cold), "ratio")
 }

@@ -81,6 +81,10 @@ type Config struct {
 	// Egress is the agent's egress proxy; nil gives computers no proxy
 	// (they then have no way out).
 	Egress *Egress
+	// OpenTURN, when set, opens the live-view TURN port (the TURN_PORT the
+	// supervisor gives a desktop computer) to computers in the host
+	// firewall before a desktop computer starts (docker.OpenTURN).
+	OpenTURN func(ctx context.Context, port int) error
 }
 
 // Lender runs computers on this machine for a supervisor.
@@ -350,6 +354,7 @@ func (l *Lender) start(ctx context.Context, r CreateRequest, day string, now tim
 		Deployment: l.deployment, AgentID: r.Agent, Image: r.Image, TokenHash: r.TokenHash,
 		Env: l.computerEnv(r.ComputerID, r.Env, l.Settings().Egress), Lease: lease,
 	}
+	l.openTURN(ctx, r)
 	m, err := d.Create(ctx, spec)
 	if err != nil {
 		if ferr := l.cfg.Ledger.Forget(context.WithoutCancel(ctx), r.ComputerID); ferr != nil {

@@ -160,6 +160,8 @@ func TestSettingsCheckedAndKept(t *testing.T) {
 		{control.SettingsUpdate{Hours: &control.Hours{From: "09:00"}}, "hours: give both from and to"},
 		{control.SettingsUpdate{Hours: &control.Hours{From: "09:00", To: "17:00", Days: []string{"monday"}}}, `hours.days: "monday" is not one of`},
 		{control.SettingsUpdate{ApprovalTimeoutSeconds: ptr(5)}, "approvalTimeoutSeconds: 5 is outside 10..3600"},
+		{control.SettingsUpdate{WarmPoolSize: ptr(3)}, "warmPoolSize: 3 is outside 0..2 (waiting computers count toward maxComputers)"},
+		{control.SettingsUpdate{WarmPoolSize: ptr(-1)}, "warmPoolSize: -1 is outside 0..2"},
 	}
 	before := r.l.Settings()
 	for _, b := range bad {
@@ -172,8 +174,11 @@ func TestSettingsCheckedAndKept(t *testing.T) {
 	if got := r.l.Settings(); !equalSettings(got, before) {
 		t.Fatalf("settings changed by refused updates: %+v", got)
 	}
+	if !before.Egress || before.WarmPoolSize != 0 {
+		t.Fatalf("defaults: egress %v, warm pool %d; want on and 0", before.Egress, before.WarmPoolSize)
+	}
 	want, err := r.l.UpdateSettings(control.SettingsUpdate{Lending: ptr(false), MaxComputers: ptr(3), Hours: &control.Hours{From: "22:00", To: "06:00"},
-		TimeZone: ptr("Asia/Tokyo"), Approval: ptr(true)})
+		TimeZone: ptr("Asia/Tokyo"), Approval: ptr(true), Egress: ptr(false), WarmPoolSize: ptr(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +193,8 @@ func equalSettings(a, b control.Settings) bool {
 	return a.Lending == b.Lending && a.MaxComputers == b.MaxComputers && a.CPUs == b.CPUs && a.MemoryMB == b.MemoryMB &&
 		a.DailySeconds == b.DailySeconds && a.Hours.From == b.Hours.From && a.Hours.To == b.Hours.To &&
 		strings.Join(a.Hours.Days, ",") == strings.Join(b.Hours.Days, ",") && a.TimeZone == b.TimeZone &&
-		a.Desktop == b.Desktop && a.Approval == b.Approval && a.ApprovalTimeoutSeconds == b.ApprovalTimeoutSeconds
+		a.Desktop == b.Desktop && a.Approval == b.Approval && a.ApprovalTimeoutSeconds == b.ApprovalTimeoutSeconds &&
+		a.Egress == b.Egress && a.WarmPoolSize == b.WarmPoolSize
 }
 
 func ptr[T any](v T) *T { return &v }
