@@ -1,6 +1,9 @@
 package control
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"time"
 )
 
@@ -142,6 +145,24 @@ type Session struct {
 	MemoryLimitBytes uint64  `json:"memoryLimitBytes"`
 	// StatsError says why the live figures are missing, if they are.
 	StatsError string `json:"statsError,omitempty"`
+	// ViewURL is a desktop session's live view for the owner: the paired
+	// supervisor's owner link, which opens its viewer page with a view
+	// token of its own (within the desktop's viewer limit). Empty for a
+	// headless session, and until the supervisor's first call to the
+	// computer has passed through the agent.
+	ViewURL string `json:"viewUrl,omitempty"`
+}
+
+// OwnerViewKey is the key of a desktop session's owner link (Session.ViewURL),
+// the supervisor's /view/{session}/owner?key=KEY: base64url of HMAC-SHA256
+// under the computer's token of "berth owner view\n" and the session id.
+// Only the supervisor, which derives the token, and the lending agent,
+// which relays it on every call to the computer, can make it; the computer
+// holds only the token's hash, and the key reveals nothing of the token.
+func OwnerViewKey(computerToken, session string) string {
+	mac := hmac.New(sha256.New, []byte(computerToken))
+	mac.Write([]byte("berth owner view\n" + session))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // Approval is a new session waiting for the owner's approve or deny.

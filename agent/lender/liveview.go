@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -16,7 +16,7 @@ import (
 // agent opens that port to its computers in the host firewall. The owner
 // watches through the supervisor's viewer page too: each desktop session
 // of the control API carries an owner link, which the agent derives from
-// the computer's token as it passes through (desktop.OwnerViewKey).
+// the computer's token as it passes through (control.OwnerViewKey).
 
 // envTURNPort is the variable the supervisor names its TURN relay's port in.
 const envTURNPort = "TURN_PORT"
@@ -52,5 +52,5 @@ func (l *Lender) viewURL(c *computer) string {
 	if tok == "" {
 		return ""
 	}
-	return base + "/view/" + url.PathEscape(c.s.SessionID) + "/owner?key=" + desktop.OwnerViewKey(tok, c.s.SessionID)
+	return base + "/view/" + url.PathEscape(c.s.SessionID) + "/owner?key=" + control.OwnerViewKey(tok, c.s.SessionID)
 }

@@ -77,6 +77,7 @@ func (l *Lender) Sessions(ctx context.Context) []control.Session {
 			ID: c.s.ComputerID, SessionID: c.s.SessionID, Agent: c.s.Agent, Workspace: c.s.Workspace,
 			Provider: Provider, Image: c.s.Image, Started: c.s.StartedAt, Expires: c.s.ExpiresAt,
 			TimeLeftSeconds: max(0, int64(c.s.ExpiresAt.Sub(now).Seconds())),
+			ViewURL:         l.viewURL(c),
 		}
 		if d == nil {
 			s.StatsError = "Docker not reachable"
