@@ -176,6 +176,28 @@ func AllowTURN(ctx context.Context, port int) error {
 	return nil
 }
 
+// OpenTURN makes sure computers may reach the TURN relay on the host's
+// port, over UDP and TCP: it adds only the rules that are missing, so an
+// opening the supervisor made on the same host stays as it is. A lending
+// agent calls it when it starts a desktop computer; it leaves the opening
+// in place when it stops, since the relay (the supervisor's, on this host
+// in berth dev) may still serve other computers, and AllowTURN removes
+// openings nothing listens on any more.
+func OpenTURN(ctx context.Context, port int) error {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return fmt.Errorf("%w: %v", ErrNoFirewall, err)
+	}
+	for _, rule := range turnRules(port) {
+		if iptables(ctx, append([]string{"-C"}, rule...)...) == nil {
+			continue
+		}
+		if err := iptables(ctx, append([]string{"-I", "INPUT", "1"}, rule[1:]...)...); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoFirewall, err)
+		}
+	}
+	return nil
+}
+
 // UnguardTURN removes the rules AllowTURN added.
 func UnguardTURN(ctx context.Context, port int) error {
 	for _, rule := range turnRules(port) {
