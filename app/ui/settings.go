@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"fyne.io/fyne/v2"
 	"fyne.io/fyne/v2/container"
@@ -18,7 +19,7 @@ import (
 // start at login and the system service on and off.
 type settingsView struct {
 	u      *UI
-	loaded bool
+	loaded atomic.Bool // read by Refresh off the UI goroutine
 	cur    control.Settings
 
 	maxComputers *widget.Entry
@@ -27,6 +28,8 @@ type settingsView struct {
 	dailyMinutes *widget.Entry
 	hoursFrom    *widget.Entry
 	hoursTo      *widget.Entry
+	days         *widget.Entry
+	timeZone     *widget.Entry
 	desktop      *widget.Check
 	approval     *widget.Check
 	approvalSecs *widget.Entry
@@ -63,6 +66,8 @@ func newSettingsView(u *UI) *settingsView {
 	v.dailyMinutes = entry("1 to 1440")
 	v.hoursFrom = entry("HH:MM, empty for any time")
 	v.hoursTo = entry("HH:MM, empty for any time")
+	v.days = entry("mon, tue, ... empty for every day")
+	v.timeZone = entry("for example Europe/Berlin, empty for this machine's")
 	v.desktop = widget.NewCheck("Allow desktop computers (with a screen)", nil)
 	v.approval = widget.NewCheck("Ask me before each session starts", nil)
 	v.approvalSecs = entry("10 to 3600")
@@ -78,6 +83,8 @@ func newSettingsView(u *UI) *settingsView {
 		widget.NewFormItem("Daily lending budget (minutes)", v.dailyMinutes),
 		widget.NewFormItem("Lend from", v.hoursFrom),
 		widget.NewFormItem("Lend until", v.hoursTo),
+		widget.NewFormItem("Lend on days", v.days),
+		widget.NewFormItem("Time zone", v.timeZone),
 		widget.NewFormItem("Desktop", v.desktop),
 		widget.NewFormItem("Approval", v.approval),
 		widget.NewFormItem("Deny unanswered requests after (seconds)", v.approvalSecs),
@@ -134,13 +141,15 @@ func newSettingsView(u *UI) *settingsView {
 // load fills the limits form from s.
 func (v *settingsView) load(s control.Settings) {
 	v.cur = s
-	v.loaded = true
+	v.loaded.Store(true)
 	v.maxComputers.SetText(strconv.Itoa(s.MaxComputers))
 	v.cpus.SetText(strconv.FormatFloat(s.CPUs, 'f', -1, 64))
 	v.memoryMB.SetText(strconv.FormatInt(s.MemoryMB, 10))
 	v.dailyMinutes.SetText(strconv.FormatInt((s.DailySeconds+59)/60, 10))
 	v.hoursFrom.SetText(s.Hours.From)
 	v.hoursTo.SetText(s.Hours.To)
+	v.days.SetText(strings.Join(s.Hours.Days, ", "))
+	v.timeZone.SetText(s.TimeZone)
 	v.desktop.SetChecked(s.Desktop)
 	v.approval.SetChecked(s.Approval)
 	v.approvalSecs.SetText(strconv.Itoa(s.ApprovalTimeoutSeconds))
@@ -189,6 +198,11 @@ func (v *settingsView) form() (control.Settings, error) {
 	s.DailySeconds = minutes * 60
 	s.Hours.From = strings.TrimSpace(v.hoursFrom.Text)
 	s.Hours.To = strings.TrimSpace(v.hoursTo.Text)
+	s.Hours.Days = nil
+	for _, d := range strings.FieldsFunc(v.days.Text, func(r rune) bool { return r == ',' || r == ' ' }) {
+		s.Hours.Days = append(s.Hours.Days, strings.ToLower(d))
+	}
+	s.TimeZone = strings.TrimSpace(v.timeZone.Text)
 	s.Desktop = v.desktop.Checked
 	s.Approval = v.approval.Checked
 	s.ApprovalTimeoutSeconds = int(whole("Deny unanswered requests after", v.approvalSecs))

@@ -245,7 +245,7 @@ func (u *UI) fetch(ctx context.Context, withSettings bool) snapshot {
 // Refresh reads the agent and updates the window and tray; it returns when
 // both show what it read.
 func (u *UI) Refresh(ctx context.Context) {
-	s := u.fetch(ctx, !u.settings.loaded)
+	s := u.fetch(ctx, !u.settings.loaded.Load())
 	fyne.DoAndWait(func() { u.apply(s) })
 }
 

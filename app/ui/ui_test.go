@@ -271,6 +271,7 @@ func TestChangeLimit(t *testing.T) {
 	v.maxComputers.SetText("")
 	test.Type(v.maxComputers, "3")
 	v.dailyMinutes.SetText("90")
+	v.days.SetText("Mon, tue,wed")
 	test.Tap(v.desktop)
 	test.Tap(v.save)
 	h.settle()
@@ -278,7 +279,8 @@ func TestChangeLimit(t *testing.T) {
 	got := m.settings
 	m.mu.Unlock()
 	want := control.Settings{Lending: true, MaxComputers: 3, CPUs: 1, MemoryMB: 2048, DailySeconds: 5400, Desktop: false, ApprovalTimeoutSeconds: 60}
-	if got.MaxComputers != want.MaxComputers || got.DailySeconds != want.DailySeconds || got.Desktop != want.Desktop || got.CPUs != want.CPUs || !got.Lending {
+	if got.MaxComputers != want.MaxComputers || got.DailySeconds != want.DailySeconds || got.Desktop != want.Desktop || got.CPUs != want.CPUs || !got.Lending ||
+		!slices.Equal(got.Hours.Days, []string{"mon", "tue", "wed"}) {
 		t.Fatalf("agent settings = %+v, want %+v", got, want)
 	}
 	if v.saved.Text != "Saved." {
@@ -354,6 +356,7 @@ func TestTabOrder(t *testing.T) {
 	}
 	want := []string{"entry:1 to 64", "entry:for example 1 or 0.5", "entry:256 to 65536", "entry:1 to 1440",
 		"entry:HH:MM, empty for any time", "entry:HH:MM, empty for any time",
+		"entry:mon, tue, ... empty for every day", "entry:for example Europe/Berlin, empty for this machine's",
 		"check:Allow desktop computers (with a screen)", "check:Ask me before each session starts",
 		"entry:10 to 3600", "button:Save limits", "entry:https://berth.example.com", "entry:ABCD-EFGH-JK"}
 	if len(seen) < len(want) || !slices.Equal(seen[:len(want)], want) {
