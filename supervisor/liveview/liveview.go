@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/images/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
@@ -117,6 +118,7 @@ func New(cfg Config) (*Manager, error) {
 		seats: map[string]map[string]time.Time{},
 	}
 	m.mux.HandleFunc("GET /view/{session}", m.page)
+	m.mux.HandleFunc("GET /view/{session}/owner", m.owner)
 	m.mux.HandleFunc("POST /view/{session}/config", m.config)
 	m.mux.HandleFunc("POST /view/{session}/offer", m.offer)
 	m.mux.HandleFunc("POST /view/{session}/renew", m.renew)
@@ -162,6 +164,20 @@ func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) 
 	if err := m.viewable(x); err != nil {
 		return Grant{}, err
 	}
+	g, err := m.seat(x)
+	if err != nil {
+		return Grant{}, err
+	}
+	base = strings.TrimRight(cmp.Or(m.cfg.PublicURL, base), "/")
+	g.URL = base + g.URL
+	m.log.Info("view granted", "agent", agent, "session", x.ID, "viewer", g.Viewer, "viewers", g.Viewers)
+	return g, nil
+}
+
+// seat takes a viewer's seat at the session's desktop, within
+// DesktopUsers, and warms its encoder. The grant's URL is the viewer
+// page's path and query, without the supervisor's base.
+func (m *Manager) seat(x store.Session) (Grant, error) {
 	now := m.cfg.Clock.Now()
 	viewer := newViewerID()
 	exp := now.Add(m.cfg.TokenTTL)
@@ -178,9 +194,7 @@ func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) 
 
 	go m.warm(x)
 	tok := m.sign(x.ID, viewer, exp)
-	base = strings.TrimRight(cmp.Or(m.cfg.PublicURL, base), "/")
-	u := base + "/view/" + url.PathEscape(x.ID) + "?token=" + url.QueryEscape(tok)
-	m.log.Info("view granted", "agent", agent, "session", x.ID, "viewer", viewer, "viewers", n)
+	u := "/view/" + url.PathEscape(x.ID) + "?token=" + url.QueryEscape(tok)
 	return Grant{Session: x.ID, Viewer: viewer, Token: tok, URL: u, ExpiresAt: exp.UTC(), DesktopUsers: m.cfg.DesktopUsers, Viewers: n}, nil
 }
 
@@ -243,7 +257,8 @@ func (m *Manager) viewable(x store.Session) error {
 			Message: fmt.Sprintf("session %s runs the %q image, which has no screen; connect with \"image\": \"desktop\" for live view", x.ID, x.Image)}
 	}
 	if p, ok := m.cfg.Providers[x.Provider]; ok {
-		if _, relayed := p.(providers.Transporter); relayed {
+		_, relayed := p.(providers.Transporter)
+		if _, lent := p.(DesktopTransporter); relayed && !lent {
 			return &supervisor.Error{Status: http.StatusConflict, Code: CodeNotDesktop,
 				Message: fmt.Sprintf("live view is not offered for computers of the %s provider yet", x.Provider)}
 		}
@@ -251,13 +266,68 @@ func (m *Manager) viewable(x store.Session) error {
 	return nil
 }
 
-// desktopClient reaches the session's computerd with the computer's token.
+// DesktopTransporter is a provider whose computers live view signals
+// through a transport of its own that needs no connection credentials:
+// the local provider, whose transport is the relay link to the lender's
+// agent. Other Transporters (tunnels, hosted sandboxes) answer
+// not_desktop.
+type DesktopTransporter interface {
+	DesktopTransport(m providers.Machine) http.RoundTripper
+}
+
+// desktopClient reaches the session's computerd with the computer's token,
+// straight or through its provider's transport.
 func (m *Manager) desktopClient(x store.Session) *desktop.Client {
 	var h http.Header
 	if x.Header != "" {
 		json.Unmarshal([]byte(x.Header), &h)
 	}
-	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), m.cfg.HTTPClient, h)
+	hc := m.cfg.HTTPClient
+	if p, ok := m.cfg.Providers[x.Provider].(DesktopTransporter); ok {
+		t := p.DesktopTransport(providers.Machine{ID: x.MachineID, Endpoint: x.Endpoint, Header: h})
+		hc = &http.Client{Transport: t}
+	}
+	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), hc, h)
+}
+
+// owner serves a desktop session's owner link (control.OwnerViewKey): it
+// takes a seat like any viewer link, within DesktopUsers, and redirects to
+// the viewer page with a view token of its own. The lending agent gives
+// this link to the machine's owner, who watches without an operator token.
+func (m *Manager) owner(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fail := func(err error) {
+		e := supervisor.AsError(err)
+		w.WriteHeader(e.Status)
+		fmt.Fprintln(w, e.Message)
+	}
+	session := r.PathValue("session")
+	x, err := m.cfg.Store.GetSession(r.Context(), session)
+	if errors.Is(err, store.ErrNotFound) {
+		fail(&supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "owner link: no such session, or a wrong key"})
+		return
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	want := control.OwnerViewKey(m.cfg.Tokens.Derive(token.Computer, x.ComputerID), x.ID)
+	if key := r.URL.Query().Get("key"); !hmac.Equal([]byte(key), []byte(want)) {
+		m.log.Warn("owner link refused: wrong key", "session", session)
+		fail(&supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "owner link: no such session, or a wrong key"})
+		return
+	}
+	if err := m.viewable(x); err != nil {
+		fail(err)
+		return
+	}
+	g, err := m.seat(x)
+	if err != nil {
+		fail(err)
+		return
+	}
+	m.log.Info("view granted to the machine's owner", "session", x.ID, "viewer", g.Viewer, "viewers", g.Viewers)
+	http.Redirect(w, r, g.URL, http.StatusSeeOther)
 }
 
 func (m *Manager) warm(x store.Session) {

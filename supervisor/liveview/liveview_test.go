@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/images/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
@@ -107,6 +108,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, users int) *fixture {
 	t.Helper()
+	return newFixtureWith(t, users, nil)
+}
+
+// newFixtureWith is newFixture with providers by id.
+func newFixtureWith(t *testing.T, users int, provs map[string]providers.Provider) *fixture {
+	t.Helper()
 	toks, err := token.NewDeriver([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func newFixture(t *testing.T, users int) *fixture {
 	f.st.byID["s2"] = store.Session{ID: "s2", AgentID: "a2", ComputerID: "c2", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
 	f.st.byID["s3"] = store.Session{ID: "s3", AgentID: "a3", ComputerID: "c3", State: store.StateRunning, Image: providers.ImageHeadless, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
 	f.m, err = liveview.New(liveview.Config{
-		Store: f.st, Tokens: toks, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
+		Store: f.st, Tokens: toks, Providers: provs, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
 		DesktopUsers: users, TokenTTL: time.Minute, Clock: f.clk,
 	})
 	if err != nil {
@@ -318,5 +325,114 @@ func checkTURN(t *testing.T, f *fixture, user, pass, id string) {
 	mac.Write([]byte(user))
 	if want := base64.StdEncoding.EncodeToString(mac.Sum(nil)); pass != want {
 		t.Errorf("TURN password is not base64 HMAC-SHA1 of the username")
+	}
+}
+
+// ownerGet opens an owner link without following its redirect.
+func (f *fixture) ownerGet(t *testing.T, session, key string) *http.Response {
+	t.Helper()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(f.srv.URL + "/view/" + session + "/owner?key=" + url.QueryEscape(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestOwnerLink: the owner link of a lent desktop (control.OwnerViewKey
+// under the computer's token) takes a seat like any viewer link and
+// redirects to the viewer page with a working view token; a wrong key, a
+// key of another session, an unknown session and a full desktop are
+// refused.
+func TestOwnerLink(t *testing.T) {
+	f := newFixture(t, 1)
+	key := control.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s1")
+	resp := f.ownerGet(t, "s1", key)
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/view/s1?token=") {
+		t.Fatalf("owner link: %d %q, want 303 to /view/s1?token=...", resp.StatusCode, loc)
+	}
+	u, _ := url.Parse(loc)
+	if st := f.page(t, "s1", u.Query().Get("token")); st != 200 {
+		t.Fatalf("page with the owner's token: %d", st)
+	}
+	// The owner holds the only seat (DESKTOP_USERS is 1).
+	if resp := f.ownerGet(t, "s1", key); resp.StatusCode != http.StatusConflict {
+		t.Errorf("owner link on a full desktop: %d, want 409", resp.StatusCode)
+	}
+	if _, err := f.m.Issue(context.Background(), "a1", f.srv.URL); supervisor.AsError(err).Code != liveview.CodeDesktopBusy {
+		t.Errorf("a viewer link past the owner's seat: %v, want desktop_busy", err)
+	}
+	for name, c := range map[string]struct{ session, key string }{
+		"wrong key":        {"s2", key[:len(key)-2] + "AA"},
+		"another session":  {"s2", key},
+		"unknown session":  {"s9", key},
+		"empty key":        {"s2", ""},
+		"another computer": {"s2", control.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s2")},
+	} {
+		if resp := f.ownerGet(t, c.session, c.key); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, resp.StatusCode)
+		}
+	}
+	// A headless session has no screen, even with its own key.
+	if resp := f.ownerGet(t, "s3", control.OwnerViewKey(f.toks.Derive(token.Computer, "c3"), "s3")); resp.StatusCode != http.StatusConflict {
+		t.Errorf("owner link of a headless session: %d, want 409", resp.StatusCode)
+	}
+}
+
+// lent stands for the local provider: its computers' endpoints name the
+// lender, and its transport reaches them (here: the test computer).
+type lent struct {
+	providers.Provider
+	to string // the computer's real address
+}
+
+func (p *lent) Transport(providers.Machine, map[string]string) http.RoundTripper { return p }
+func (p *lent) DesktopTransport(providers.Machine) http.RoundTripper             { return p }
+func (p *lent) RoundTrip(r *http.Request) (*http.Response, error) {
+	u, _ := url.Parse(p.to)
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host = u.Scheme, u.Host
+	r.URL.Path = strings.TrimPrefix(r.URL.Path, "/v1/computers/c4/computerd")
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// tunnelled is a Transporter that live view cannot signal through.
+type tunnelled struct{ providers.Provider }
+
+func (tunnelled) Transport(providers.Machine, map[string]string) http.RoundTripper {
+	return http.DefaultTransport
+}
+
+// TestLentDesktop: a session of a provider with a desktop transport (a
+// lent machine) is signalled through that transport, with the computer's
+// token; one of another relayed provider is not_desktop.
+func TestLentDesktop(t *testing.T) {
+	p := &lent{}
+	f := newFixtureWith(t, 2, map[string]providers.Provider{"local": p, "tunnel": tunnelled{}})
+	f.st.byID["s4"] = store.Session{ID: "s4", AgentID: "a4", ComputerID: "c4", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "local",
+		MachineID: "cp_1/berth-c4", Endpoint: "http://lender/v1/computers/c4/computerd", ExpiresAt: f.start.Add(10 * time.Minute)}
+	f.st.byID["s5"] = store.Session{ID: "s5", AgentID: "a5", ComputerID: "c5", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "tunnel",
+		Endpoint: f.comp.srv.URL, ExpiresAt: f.start.Add(10 * time.Minute)}
+	f.comp = newComputer(t, f.toks.Derive(token.Computer, "c4"))
+	p.to = f.comp.srv.URL
+
+	g := f.issue(t, "a4")
+	st, body := f.post(t, "s4", "offer", g.Token, `{"sdp":"v=0 offer"}`)
+	if st != 200 || !strings.Contains(body, "v=0 answer") {
+		t.Fatalf("offer to a lent desktop: %d %s", st, body)
+	}
+	// The endpoint's host ("lender") resolves nowhere: only the provider's
+	// transport reaches the computer, which checked c4's token.
+	f.comp.mu.Lock()
+	n := len(f.comp.offers)
+	f.comp.mu.Unlock()
+	if n != 1 {
+		t.Errorf("offers at the lent computer: %d, want 1", n)
+	}
+	_, err := f.m.Issue(context.Background(), "a5", f.srv.URL)
+	if e := supervisor.AsError(err); e.Status != 409 || e.Code != liveview.CodeNotDesktop {
+		t.Errorf("a tunnelled desktop: %+v, want 409 not_desktop", e)
 	}
 }
