@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"log/slog"
 	"math"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -34,7 +36,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("fyne.io/fyne/v2/internal/async.(*UnboundedChan[...]).processing"))
 }
 
-const testImage = "berth/test:latest"
+const (
+	testImage    = "berth/test:latest"
+	desktopImage = "berth/desktop:latest"
+)
 
 // need fails (under BERTH_REQUIRE_DOCKER=1, as in CI) or skips when the
 // real window cannot be had here, saying what to install.
@@ -74,10 +79,15 @@ var buildApp = sync.OnceValues(func() (string, error) {
 })
 
 // agentWithComputer runs a real lender on the real Docker engine with one
-// running computer, and its control API on a unix socket.
-func agentWithComputer(t *testing.T, ctx context.Context) (*lender.Lender, string) {
+// running computer (headless from berth/test, or desktop), and its control
+// API on a unix socket.
+func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender.Lender, string) {
 	t.Helper()
-	need(t, "Docker image "+testImage, exec.Command("docker", "image", "inspect", testImage).Run())
+	image, kind := testImage, "headless"
+	if desktop {
+		image, kind = desktopImage, "desktop"
+	}
+	need(t, "Docker image "+image, exec.Command("docker", "image", "inspect", image).Run())
 	dir := t.TempDir()
 	led, err := ledger.OpenFile(ctx, filepath.Join(dir, ledger.FileName))
 	if err != nil {
@@ -92,7 +102,7 @@ func agentWithComputer(t *testing.T, ctx context.Context) (*lender.Lender, strin
 		AgentID: "cp_window", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
 		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_window"},
 		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
-			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: testImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
+			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: desktopImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
 		},
 	})
 	if err != nil {
@@ -122,12 +132,28 @@ func agentWithComputer(t *testing.T, ctx context.Context) (*lender.Lender, strin
 		eng.Close()
 		led.Close()
 	})
+	tok := "token-" + id
 	_, err = l.Create(ctx, lender.CreateRequest{
 		ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "window-test",
-		Agent: "researcher", Workspace: "lab", TokenHash: token.Hash("token-" + id), LeaseSeconds: 600,
+		Agent: "researcher", Workspace: "lab", Image: kind, TokenHash: token.Hash(tok), LeaseSeconds: 600,
 	})
 	if err != nil {
 		t.Fatalf("start a computer: %v", err)
+	}
+	if desktop {
+		// The agent takes screenshots with the token it saw pass on the
+		// supervisor's first call: make one, as the supervisor would.
+		srv := httptest.NewServer(l.Handler())
+		t.Cleanup(srv.Close)
+		cd := computerd.NewClient(srv.URL+lender.EndpointPath(id), tok)
+		for {
+			if _, err := cd.Processes(ctx); err == nil {
+				break
+			} else if ctx.Err() != nil {
+				t.Fatalf("computerd of %s: %v", id, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return l, sock
 }
@@ -405,7 +431,7 @@ func TestRealWindowWithTray(t *testing.T) {
 	need(t, "build the companion", err)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	l, sock := agentWithComputer(t, ctx)
+	l, sock := agentWithComputer(t, ctx, false)
 	display := xvfb(t)
 
 	addrFile := filepath.Join(t.TempDir(), "bus")
@@ -500,7 +526,7 @@ func TestRealWindowWithoutBus(t *testing.T) {
 	need(t, "build the companion", err)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	_, sock := agentWithComputer(t, ctx)
+	_, sock := agentWithComputer(t, ctx, false)
 	display := xvfb(t)
 	a := startApp(t, []string{bin, "--socket", sock}, baseEnv(t, display))
 	a.waitLog(t, ctx, "companion running")
@@ -508,6 +534,26 @@ func TestRealWindowWithoutBus(t *testing.T) {
 		t.Errorf("the app set a tray with no bus:\n%s", a.stderr.String())
 	}
 	screenshot(t, display, "companion-window-nobus.png")
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	a.waitExit(t, 20*time.Second)
+}
+
+// TestRealWindowDesktopPreview runs a desktop computer and the app (no
+// bus, so no tray): the app fetches the computer's real screen through the
+// agent's socket about once a second and shows it as the session's
+// preview.
+func TestRealWindowDesktopPreview(t *testing.T) {
+	bin, err := buildApp()
+	need(t, "build the companion", err)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	_, sock := agentWithComputer(t, ctx, true)
+	display := xvfb(t)
+	a := startApp(t, []string{bin, "--socket", sock, "--debug"}, baseEnv(t, display))
+	a.waitLog(t, ctx, "screen preview updated")
+	screenshot(t, display, "companion-window-desktop.png")
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

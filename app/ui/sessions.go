@@ -88,7 +88,9 @@ func (v *sessionsView) apply(s snapshot, now time.Time) {
 			c = v.newCard(x)
 			v.cards[x.ID] = c
 		}
-		c.update(x, s.shots[x.ID], now, v.u.opts.Location)
+		if c.update(x, s.shots[x.ID], now, v.u.opts.Location) {
+			v.u.log.Debug("screen preview updated", "session", x.ID, "bytes", len(s.shots[x.ID]))
+		}
 	}
 	for id := range v.cards {
 		if !slices.Contains(ids, id) {
@@ -110,7 +112,8 @@ func (v *sessionsView) apply(s snapshot, now time.Time) {
 	v.list.Refresh()
 }
 
-func (c *sessionCard) update(s control.Session, shot []byte, now time.Time, loc *time.Location) {
+// update shows s; it reports whether the screen preview changed.
+func (c *sessionCard) update(s control.Session, shot []byte, now time.Time, loc *time.Location) bool {
 	c.session = s
 	c.card.SetTitle(s.Agent)
 	c.card.SetSubTitle(fmt.Sprintf("Workspace %s · provider %s · %s computer", s.Workspace, s.Provider, s.Image))
@@ -129,16 +132,17 @@ func (c *sessionCard) update(s control.Session, shot []byte, now time.Time, loc 
 		c.figures.SetText(fmt.Sprintf("CPU %.1f%% · memory %s", s.CPUPercent, mem))
 	}
 	if c.preview == nil || shot == nil || bytes.Equal(shot, c.shot) {
-		return
+		return false
 	}
 	img, err := png.Decode(bytes.NewReader(shot))
 	if err != nil {
-		return
+		return false
 	}
 	c.shot = shot
 	c.preview.Image = img
 	c.preview.Refresh()
 	c.waiting.Hide()
+	return true
 }
 
 func (v *sessionsView) stop(c *sessionCard) {
