@@ -148,6 +148,6 @@ func BenchmarkLentCreate(b *testing.B) {
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(warm.Microseconds())/n/1000, "pool-ms/op")
-	b.ReportMetric(float64(cold.Microseconds())/n/1000, "cold-ms/op")
+	b.ReportMetric(float64(cold.Microseconds())/n/1000, "base-cold-ms/op")
 	b.ReportMetric(float64(warm)/float64(cold), "ratio")
 }
