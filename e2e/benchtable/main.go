@@ -122,8 +122,9 @@ func parse(r io.Reader, other io.Writer) (rows []row, failures []string) {
 			pkg = path.Base(strings.TrimSpace(strings.TrimPrefix(line, "pkg: ")))
 			inFail = false
 			continue
-		case strings.HasPrefix(line, "FAIL") || strings.HasPrefix(strings.TrimSpace(line), "--- FAIL") || strings.HasPrefix(line, "panic:"):
-			// A failed sub-benchmark's line is indented.
+		case strings.HasPrefix(line, "FAIL") || strings.Contains(line, "--- FAIL") || strings.HasPrefix(line, "panic:"):
+			// A failed sub-benchmark's line is indented, and a benchmark
+			// that fails at once prints it after its own name.
 			failures = append(failures, line)
 			inFail = !strings.HasPrefix(line, "FAIL")
 			continue
