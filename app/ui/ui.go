@@ -394,8 +394,13 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// liveViewURL is the browser viewer of a session at the supervisor.
+// liveViewURL is the browser viewer of a session at the supervisor: the
+// owner link the agent gives the session (control.Session.ViewURL), which
+// opens the viewer page with a view token of its own.
 func liveViewURL(supervisor string, s control.Session) (*url.URL, error) {
+	if s.ViewURL != "" {
+		return url.Parse(s.ViewURL)
+	}
 	if supervisor == "" {
 		return nil, errors.New("not paired with a supervisor")
 	}

@@ -427,6 +427,11 @@ func TestOpenLiveView(t *testing.T) {
 	if err != nil || u.String() != "https://berth.example.com/view/s1" {
 		t.Errorf("live view URL = %v, %v", u, err)
 	}
+	// The agent's owner link, when the session has one, is what opens.
+	owner := "https://berth.example.com/view/s1/owner?key=k1"
+	if u, err := liveViewURL("https://berth.example.com/", control.Session{ID: "c1", SessionID: "s1", ViewURL: owner}); err != nil || u.String() != owner {
+		t.Errorf("live view URL with an owner link = %v, %v", u, err)
+	}
 	if h.ui.sessions.cards["c2"].live != nil {
 		t.Error("a headless session has a live view button")
 	}
