@@ -3,24 +3,10 @@ package incus
 import (
 	"testing"
 
-	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/hostedtest"
 )
 
 // TestDescribed checks what `berth providers` shows for the provider: a
 // summary, and the setting or credential a connection cannot do without,
-// marked required (and secret when it is a key).
-func TestDescribed(t *testing.T) {
-	d, ok := providers.DescriptionOf(ID)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", ID, d, ok)
-	}
-	for _, s := range d.Settings {
-		if s.Name == SettingRegistry {
-			if !s.Required || s.Help == "" {
-				t.Errorf("%s: %+v, want required with help", s.Name, s)
-			}
-			return
-		}
-	}
-	t.Errorf("%s is not described: %+v", SettingRegistry, d)
-}
+// marked required with help (and secret when it is a key).
+func TestDescribed(t *testing.T) { hostedtest.RequireDescribed(t, ID, SettingRegistry, false) }
