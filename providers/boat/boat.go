@@ -6,12 +6,10 @@
 package boat
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -84,7 +83,7 @@ type Options struct {
 // Boat is the provider.
 type Boat struct {
 	o   Options
-	hc  *http.Client
+	api *httpapi.Client
 	log *slog.Logger
 }
 
@@ -118,10 +117,14 @@ func New(o Options) (*Boat, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Boat{o: o, hc: o.Client, log: o.Logger.With("component", "boat")}
-	if b.hc == nil {
-		b.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+	hc := o.Client
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
 	}
+	b := &Boat{o: o, log: o.Logger.With("component", "boat"), api: &httpapi.Client{
+		BaseURL: o.APIURL, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey, Failure: failure,
+		Auth: func(h http.Header, key string) { h.Set("Authorization", "Bearer "+key) },
+	}}
 	return b, nil
 }
 
@@ -157,73 +160,25 @@ type apiError struct {
 	} `json:"error"`
 }
 
-// call sends one API call with the key from creds; out receives a 2xx
-// answer. Errors name the call and Boat's error code, never the key.
+// call sends one API call with key; out receives a 2xx answer. Errors
+// name the call and Boat's error code, never the key.
 func (b *Boat) call(ctx context.Context, key, method, path string, hdr http.Header, body, out any) (int, error) {
-	if key == "" {
-		return 0, fmt.Errorf("%w: no %s in the connection's credentials", providers.ErrBadCredentials, CredAPIKey)
-	}
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, b.o.APIURL+path, rd)
-	if err != nil {
-		return 0, err
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return 0, fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 300 {
-		var ae apiError
-		json.Unmarshal(raw, &ae)
-		msg := fmt.Sprintf("%s %s: %d %s %s", method, path, resp.StatusCode, ae.Error.Code, redact(ae.Error.Message, key))
-		switch {
-		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-			return resp.StatusCode, fmt.Errorf("%w: %s", providers.ErrBadCredentials, msg)
-		case resp.StatusCode == http.StatusNotFound:
-			return resp.StatusCode, fmt.Errorf("%w: %s", providers.ErrNotFound, msg)
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusPaymentRequired || ae.Error.Code == "quota_exceeded":
-			return resp.StatusCode, fmt.Errorf("%w: %s", providers.ErrCapacity, msg)
-		case resp.StatusCode == http.StatusBadRequest && ae.Error.Code == "image_not_found":
-			return resp.StatusCode, fmt.Errorf("%w: %s", providers.ErrBadImage, msg)
-		}
-		return resp.StatusCode, fmt.Errorf("%w: %s", providers.ErrUnavailable, msg)
-	}
-	if out != nil && len(raw) > 0 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%w: %s %s: unreadable answer", providers.ErrUnavailable, method, path)
-		}
-	}
-	return resp.StatusCode, nil
+	return b.api.Do(ctx, key, httpapi.Call{Method: method, Path: path, Header: hdr, Body: body}, out)
 }
 
-func redact(s, key string) string {
-	if key != "" {
-		s = strings.ReplaceAll(s, key, "[redacted]")
+// failure reads Boat's error answer ({"error": {"code", "message"}}): a
+// quota_exceeded code is no room, an image_not_found a missing image.
+func failure(status int, raw []byte) (string, error) {
+	var ae apiError
+	json.Unmarshal(raw, &ae)
+	msg := ae.Error.Code + " " + ae.Error.Message
+	switch {
+	case ae.Error.Code == "quota_exceeded":
+		return msg, providers.ErrCapacity
+	case status == http.StatusBadRequest && ae.Error.Code == "image_not_found":
+		return msg, providers.ErrBadImage
 	}
-	return s
+	return msg, nil
 }
 
 // Name returns the sandbox name of a computer.
@@ -293,12 +248,14 @@ func (b *Boat) Create(ctx context.Context, spec providers.Spec) (providers.Machi
 }
 
 // undo deletes the VM of a create that failed for sure (a missing image,
-// no room, a refused key), since the supervisor takes such a failure to
-// mean nothing was left behind. If the delete fails too, the error is
-// reported as an outage instead, so that the supervisor searches for the
-// VM by its label. Other failures leave the VM to that search.
+// no room, a refused key, a request Boat refused), since the supervisor
+// takes such a failure to mean nothing was left behind. If the delete
+// fails too, the error is reported as an outage instead, so that the
+// supervisor searches for the VM by its label. Other failures leave the
+// VM to that search.
 func (b *Boat) undo(ctx context.Context, key, id string, err error) error {
-	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) && !errors.Is(err, providers.ErrBadCredentials) {
+	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) &&
+		!errors.Is(err, providers.ErrBadCredentials) && !errors.Is(err, providers.ErrRefused) {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
