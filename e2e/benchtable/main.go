@@ -8,7 +8,8 @@
 // units shown; the median of paired runs where the benchmark pairs them).
 // Every other unit is one of our figures and gets a row: its baseline is
 // the baseline with the same unit after the first '-' (proxy-MB/s and
-// direct-MB/s), or the only baseline the benchmark has. A benchmark that
+// direct-MB/s), or the only baseline the benchmark has; a single baseline
+// left over with a reported ratio goes to the figure that ratio fits. A benchmark that
 // reports nothing of its own shows its ns/op. New benchmarks need no change
 // here; a target is added to the targets table below.
 //
@@ -21,6 +22,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"regexp"
@@ -116,7 +118,10 @@ func parse(r io.Reader, other io.Writer) (rows []row, failures []string) {
 		indented := strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")
 		switch {
 		case inFail && indented:
-			failures = append(failures, line)
+			// The messages that say why, not the logs before them.
+			if !strings.Contains(line, " level=INFO ") && !strings.Contains(line, " level=DEBUG ") {
+				failures = append(failures, line)
+			}
 			continue
 		case strings.HasPrefix(line, "pkg: "):
 			pkg = path.Base(strings.TrimSpace(strings.TrimPrefix(line, "pkg: ")))
@@ -190,6 +195,18 @@ func rowsOf(pkg, bench string, fields []string) []row {
 	if len(ours) == 1 && len(bases) == 1 {
 		rows[0].base = &bases[0]
 	}
+	// One baseline left over and a reported ratio: it is the baseline of
+	// the figure whose own ratio to it comes closest.
+	if left := untaken(taken); hasRatio && len(left) == 1 && !anyBase(rows) && bases[left[0]].value != 0 {
+		b, best := &bases[left[0]], -1
+		for i := range rows {
+			d := math.Abs(rows[i].ours/b.value - ratio)
+			if best < 0 || d < math.Abs(rows[best].ours/b.value-ratio) {
+				best = i
+			}
+		}
+		rows[best].base = b
+	}
 	// The reported ratio belongs to the one row with a baseline; other rows
 	// with a baseline get theirs computed.
 	withBase := 0
@@ -210,6 +227,25 @@ func rowsOf(pkg, bench string, fields []string) []row {
 		}
 	}
 	return rows
+}
+
+func untaken(taken []bool) []int {
+	var out []int
+	for i, t := range taken {
+		if !t {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func anyBase(rows []row) bool {
+	for _, r := range rows {
+		if r.base != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func num(v float64) string {

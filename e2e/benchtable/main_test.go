@@ -13,6 +13,7 @@ BenchmarkColdStart-2   	      10	 825498674 ns/op	       616.9 bare-create+start
 BenchmarkWarmStart-2   	      50	 825498674 ns/op	       216.9 bare-create+start-ms	         0.04131 ratio	         6.491 warm-start-to-exec-ms
 --- BENCH: BenchmarkWarmStart-2
     e2e_test.go:119: time=... level=INFO msg=started
+BenchmarkLiveViewLatency-2      	      10	        66.70 base-frame-interval-ms	        80.10 latency-median-ms	       149.0 latency-p90-ms	         1.201 ratio
 pkg: github.com/berthdev/berth/supervisor/egress
 BenchmarkProxyVsDirect/body=1KiB-2   	    5000	         0 ns/op	     81000 direct-ns/op	        84.00 p50-added-µs	    165000 proxy-ns/op	         2.04 ratio
 BenchmarkConnect1GiB-2   	       1	  1000 ns/op	      2169 direct-MB/s	       985.0 proxy-MB/s	         0.45 ratio
@@ -41,6 +42,8 @@ func TestParse(t *testing.T) {
 	wants := []want{
 		{"BenchmarkColdStart", "start-to-exec-ms", 451, 616.9, 0.73},
 		{"BenchmarkWarmStart", "warm-start-to-exec-ms", 6.491, 216.9, 0.04131},
+		{"BenchmarkLiveViewLatency", "latency-median-ms", 80.1, 66.7, 1.201},
+		{"BenchmarkLiveViewLatency", "latency-p90-ms", 149, 0, 0},
 		{"BenchmarkProxyVsDirect/body=1KiB", "p50-added-µs", 84, 0, 0},
 		{"BenchmarkProxyVsDirect/body=1KiB", "proxy-ns/op", 165000, 81000, 2.04},
 		{"BenchmarkConnect1GiB", "proxy-MB/s", 985, 2169, 0.45},
