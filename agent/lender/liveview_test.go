@@ -1,0 +1,76 @@
+package lender
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers"
+)
+
+// TestDesktopViewURLAndTURN: a desktop computer's start opens its
+// TURN_PORT in the host firewall (a headless one's does not, nor does a bad
+// port), and its session carries the owner link once the supervisor's
+// token has passed through the agent, a headless one never.
+func TestDesktopViewURLAndTURN(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	r := newRig(t, "cp_view", "", nil)
+	r.set(func(s *control.Settings) { s.MaxComputers = 3 })
+	var mu sync.Mutex
+	var opened []int
+	r.l.cfg.OpenTURN = func(_ context.Context, port int) error {
+		mu.Lock()
+		opened = append(opened, port)
+		mu.Unlock()
+		return nil
+	}
+	r.l.cfg.Pairing.URL = "https://berth.example.com/"
+
+	desk, tok := request("agent-d")
+	desk.Image, desk.Env = providers.ImageDesktop, map[string]string{"TURN_PUBLIC_HOST": "172.17.0.1", "TURN_PORT": "34780"}
+	head, _ := request("agent-h")
+	head.Env = map[string]string{"TURN_PORT": "34781"}
+	bad, _ := request("agent-b")
+	bad.Image, bad.Env = providers.ImageDesktop, map[string]string{"TURN_PORT": "70000"}
+	destroyAll(t, desk.ComputerID, head.ComputerID, bad.ComputerID)
+	for _, req := range []CreateRequest{desk, head, bad} {
+		if _, err := r.l.Create(ctx, req); err != nil {
+			t.Fatalf("create %s: %v", req.Image, err)
+		}
+	}
+	mu.Lock()
+	got := slices.Clone(opened)
+	mu.Unlock()
+	if !slices.Equal(got, []int{34780}) {
+		t.Errorf("TURN ports opened: %v, want only the desktop's 34780", got)
+	}
+
+	viewURL := func(id string) string {
+		for _, s := range r.l.Sessions(ctx) {
+			if s.ID == id {
+				return s.ViewURL
+			}
+		}
+		t.Fatalf("no session %s", id)
+		return ""
+	}
+	if u := viewURL(desk.ComputerID); u != "" {
+		t.Errorf("viewUrl before the supervisor's first call: %q, want none", u)
+	}
+	srv := httptest.NewServer(r.l.Handler())
+	defer srv.Close()
+	waitHealthy(t, ctx, computerd.NewClient(srv.URL+EndpointPath(desk.ComputerID), tok))
+	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + control.OwnerViewKey(tok, desk.SessionID)
+	if u := viewURL(desk.ComputerID); u != want {
+		t.Errorf("viewUrl %q, want %q", u, want)
+	}
+	if u := viewURL(head.ComputerID); u != "" {
+		t.Errorf("a headless session's viewUrl: %q, want none", u)
+	}
+}
