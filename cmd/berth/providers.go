@@ -132,28 +132,29 @@ func printProviders(w io.Writer, views []providerView) error {
 			fmt.Fprintln(w, "  describes no settings")
 			continue
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		if len(v.Settings) == 0 {
-			fmt.Fprintln(tw, "  settings:\tnone")
-		} else {
-			fmt.Fprintln(tw, "  settings:")
+		if err := printSettings(w, "settings", "", v.Settings, settingValue); err != nil {
+			return err
 		}
-		for _, s := range v.Settings {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Name, settingValue(s), s.Help)
-		}
-		if len(v.Credentials) == 0 {
-			fmt.Fprintln(tw, "  credentials:\tnone")
-		} else {
-			fmt.Fprintln(tw, "  credentials (each connection):")
-		}
-		for _, s := range v.Credentials {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Name, credentialText(s), s.Help)
-		}
-		if err := tw.Flush(); err != nil {
+		if err := printSettings(w, "credentials", " (each connection)", v.Credentials, credentialText); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// printSettings prints one block of settings headed name (and note), each
+// with what text says of it and its help, or "none".
+func printSettings(w io.Writer, name, note string, ss []settingView, text func(settingView) string) error {
+	if len(ss) == 0 {
+		_, err := fmt.Fprintf(w, "  %s: none\n", name)
+		return err
+	}
+	fmt.Fprintf(w, "  %s%s:\n", name, note)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range ss {
+		fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Name, text(s), s.Help)
+	}
+	return tw.Flush()
 }
 
 func configuredText(v providerView) string {

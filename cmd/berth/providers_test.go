@@ -30,10 +30,48 @@ func TestProvidersList(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	for _, id := range []string{"cloud", "daytona", "docker", "e2b", "modal", "novita", "tunnel"} {
+	for _, id := range []string{"cloud", "daytona", "docker", "e2b", "local", "modal", "novita", "tunnel"} {
 		if !strings.Contains(r.stdout, "\n"+id) {
 			t.Errorf("provider %s not listed", id)
 		}
+	}
+	if strings.Contains(r.stdout, "describes no settings") {
+		t.Errorf("a provider describes no settings:\n%s", r.stdout)
+	}
+}
+
+// TestProvidersBuiltIn checks what the providers that run on this side
+// show: docker's settings and no credentials, tunnel's credentials and no
+// settings, and local's relay settings marked missing while unset.
+func TestProvidersBuiltIn(t *testing.T) {
+	t.Setenv("PROVIDERS", "docker,tunnel,local")
+	t.Setenv("DEFAULT_PROVIDER", "docker")
+	t.Setenv("WARM_POOL_SIZE", "3")
+	t.Setenv("RELAY_URL", "")
+	t.Setenv("RELAY_TOKEN", "")
+	r := run(t, "", "providers", "docker", "tunnel", "local")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	docker, rest, _ := strings.Cut(r.stdout, "\ntunnel\n")
+	tunnel, local, _ := strings.Cut(rest, "\nlocal\n")
+	for _, c := range []struct {
+		name, block string
+		want        []string
+	}{
+		{"docker", docker, []string{"DOCKER_SOCKET", "unix:///var/run/docker.sock (default)", "COMPUTER_IMAGE_HEADLESS", "COMPUTER_MEMORY_MB", "COMPUTER_CPUS", "SANDBOX_RUNTIME", "COMPUTER_NETWORK_POOL", "WARM_POOL_SIZE 3 started", "credentials: none"}},
+		{"tunnel", tunnel, []string{"settings: none", "url", "apiKey required, secret"}},
+		{"local", local, []string{"RELAY_URL", "(unset, required)", "RELAY_TOKEN", "LOCAL_COMPUTER_CPUS", "lender optional"}},
+	} {
+		flat := strings.Join(strings.Fields(c.block), " ")
+		for _, want := range c.want {
+			if !strings.Contains(flat, want) {
+				t.Errorf("%s lacks %q:\n%s", c.name, want, c.block)
+			}
+		}
+	}
+	if !strings.Contains(r.stdout, "no: set RELAY_URL, RELAY_TOKEN") {
+		t.Errorf("local is not shown missing its relay:\n%s", r.stdout)
 	}
 }
 

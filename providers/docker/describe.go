@@ -1,0 +1,34 @@
+package docker
+
+import (
+	"strconv"
+
+	"github.com/berthdev/berth/providers"
+)
+
+func init() { providers.Describe(ID, (*Docker)(nil)) }
+
+// Describe implements providers.Describer: the settings OptionsFromConfig
+// reads, with their defaults. The docker provider takes no credentials.
+func (*Docker) Describe() providers.Description {
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	return providers.Description{
+		Summary: "hardened containers on the supervisor's Docker engine",
+		Settings: []providers.Setting{
+			{Name: SettingSocket, Default: DefaultSocket, Help: "the engine's address (unix:///PATH, tcp://HOST:PORT, or a socket path)"},
+			{Name: SettingHeadlessImage, Default: DefaultHeadlessImage, Help: "image of headless computers"},
+			{Name: SettingDesktopImage, Default: DefaultDesktopImage, Help: "image of desktop computers"},
+			{Name: SettingMemoryMB, Default: itoa(DefaultMemoryMB), Help: "memory of each computer, " + itoa(MinMemoryMB) + " to " + itoa(MaxMemoryMB) + " MB"},
+			{Name: SettingCPUs, Default: strconv.FormatFloat(DefaultCPUs, 'g', -1, 64), Help: "CPUs of each computer, fractions allowed"},
+			{Name: SettingPids, Default: itoa(DefaultPids), Help: "most processes in each computer"},
+			{Name: SettingTmpMB, Default: itoa(DefaultTmpMB), Help: "size of each computer's in-memory /tmp, MB"},
+			{Name: SettingShmMB, Default: itoa(DefaultShmMB), Help: "size of each computer's /dev/shm, MB"},
+			{Name: SettingRuntime, Help: "container runtime, e.g. runsc for gVisor (the engine's default when empty)"},
+			{Name: SettingNetworkPool, Default: itoa(DefaultNetworkPool), Help: "computer networks made ahead of time, 0 to 64"},
+			{Name: SettingWarmPool, Default: "0", Help: "started headless computers kept waiting, 0 to " + itoa(MaxWarmPool)},
+			{Name: SettingJoinContainers, Help: "containers (comma-separated) joined to each computer's network, such as the supervisor's own"},
+		},
+	}
+}
+
+var _ providers.Describer = (*Docker)(nil)
