@@ -6,12 +6,11 @@
 package browserbase
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -19,8 +18,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/browsersession"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -40,8 +40,8 @@ const DefaultAPIURL = "https://api.browserbase.com"
 
 // Headers of the machine that carry the browser's URLs.
 const (
-	HeaderCDPURL      = "X-Berth-Browser-Cdp-Url"
-	HeaderLiveViewURL = "X-Berth-Browser-Live-View-Url"
+	HeaderCDPURL      = browsersession.HeaderCDPURL
+	HeaderLiveViewURL = browsersession.HeaderLiveViewURL
 )
 
 // Browserbase's bounds on a session's timeout, seconds.
@@ -68,9 +68,9 @@ type Options struct {
 
 // Browserbase is the provider.
 type Browserbase struct {
-	api string
-	hc  *http.Client
-	log *slog.Logger
+	api    string
+	client *httpapi.Client
+	log    *slog.Logger
 }
 
 // New checks o and returns a provider.
@@ -84,11 +84,23 @@ func New(o Options) (*Browserbase, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &Browserbase{api: strings.TrimRight(o.APIURL, "/"), hc: o.Client, log: o.Logger.With("component", "browserbase")}
-	if b.hc == nil {
-		b.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+	hc := o.Client
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
 	}
-	return b, nil
+	api := strings.TrimRight(o.APIURL, "/")
+	return &Browserbase{api: api, log: o.Logger.With("component", "browserbase"), client: &httpapi.Client{
+		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
+		Auth: func(h http.Header, key string) { h.Set("X-BB-API-Key", key) },
+		Failure: func(_ int, raw []byte) (string, error) {
+			var e struct {
+				Message string `json:"message"`
+				Error   string `json:"error"`
+			}
+			json.Unmarshal(raw, &e)
+			return cmp.Or(e.Message, e.Error), nil
+		},
+	}}, nil
 }
 
 // CheckCredentials requires an apiKey and takes an optional projectId.
@@ -121,61 +133,8 @@ type debug struct {
 
 // call sends one API call with key; out receives a 2xx answer.
 func (b *Browserbase) call(ctx context.Context, key, method, path string, body, out any) error {
-	if key == "" {
-		return fmt.Errorf("%w: no %s in the connection's credentials", providers.ErrBadCredentials, CredAPIKey)
-	}
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, b.api+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-BB-API-Key", key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	p, _, _ := strings.Cut(path, "?")
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, p, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Message string `json:"message"`
-			Error   string `json:"error"`
-		}
-		json.Unmarshal(raw, &e)
-		msg := strings.ReplaceAll(fmt.Sprintf("%s %s: %d %s", method, p, resp.StatusCode, e.Message+e.Error), key, "[redacted]")
-		switch {
-		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-			return fmt.Errorf("%w: %s", providers.ErrBadCredentials, msg)
-		case resp.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%w: %s", providers.ErrNotFound, msg)
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusPaymentRequired:
-			return fmt.Errorf("%w: %s", providers.ErrCapacity, msg)
-		}
-		return fmt.Errorf("%w: %s", providers.ErrUnavailable, msg)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: %s %s: unreadable answer", providers.ErrUnavailable, method, p)
-		}
-	}
-	return nil
+	_, err := b.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
+	return err
 }
 
 // Create starts a kept-alive browser session tagged with Berth's labels,
@@ -196,6 +155,14 @@ func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (provider
 	}
 	m, err := b.machine(ctx, key, s)
 	if err != nil {
+		// The session runs but cannot be handed over: release it, and
+		// if that fails too, answer an outage so that the supervisor
+		// looks for it by its label instead of taking it for never made.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+		defer cancel()
+		if rerr := b.Destroy(providers.WithCredentials(rctx, spec.Credentials), s.ID); rerr != nil {
+			err = fmt.Errorf("%w: %v; releasing it failed too: %v", providers.ErrUnavailable, err, rerr)
+		}
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w", spec.ComputerID, err)
 	}
 	b.log.Info("browser session created", "computer", spec.ComputerID, "session", s.ID)
@@ -212,17 +179,8 @@ func (b *Browserbase) machine(ctx context.Context, key string, s session) (provi
 	if cdp == "" {
 		cdp = d.WSURL
 	}
-	h := http.Header{}
-	h.Set(HeaderCDPURL, cdp)
-	h.Set(HeaderLiveViewURL, cmpOr(d.DebuggerFullscreenURL, d.DebuggerURL))
+	h := browsersession.Header(cdp, cmp.Or(d.DebuggerFullscreenURL, d.DebuggerURL))
 	return providers.Machine{ID: s.ID, Endpoint: b.api + "/v1/sessions/" + s.ID, Header: h, Labels: s.UserMetadata}, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Destroy releases the session; one already ended counts as released.
@@ -271,14 +229,14 @@ func (b *Browserbase) List(ctx context.Context) ([]providers.Machine, error) {
 // BrowserURLs returns the session's CDP and live-view URLs
 // (supervisor.BrowserSession).
 func (b *Browserbase) BrowserURLs(m providers.Machine) (cdpURL, liveViewURL string) {
-	return m.Header.Get(HeaderCDPURL), m.Header.Get(HeaderLiveViewURL)
+	return browsersession.URLs(m)
 }
 
 // Transport answers the supervisor's computerd calls for a browser
 // session: health from the session's status at Browserbase, everything
 // else with CodeNotAvailable.
 func (b *Browserbase) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
-	return browserTransport{health: func(ctx context.Context) error {
+	return browsersession.Transport(ID, func(ctx context.Context) error {
 		var s session
 		if err := b.call(ctx, credentials[CredAPIKey], "GET", "/v1/sessions/"+m.ID, nil, &s); err != nil {
 			return err
@@ -287,41 +245,12 @@ func (b *Browserbase) Transport(m providers.Machine, credentials map[string]stri
 			return fmt.Errorf("session is %s", s.Status)
 		}
 		return nil
-	}}
+	})
 }
 
 // CodeNotAvailable is the error code a browser session's machine answers
 // to anything but health.
-const CodeNotAvailable = "not_available_on_browser_session"
-
-type browserTransport struct{ health func(context.Context) error }
-
-func (t browserTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		r.Body.Close()
-	}
-	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/healthz") {
-		if err := t.health(r.Context()); err != nil {
-			return answer(r, http.StatusServiceUnavailable, computerd.Error{Code: "unavailable", Message: err.Error()}), nil
-		}
-		return answer(r, http.StatusOK, computerd.Health{Status: "ok", Version: ID}), nil
-	}
-	return answer(r, http.StatusUnprocessableEntity, computerd.Error{Code: CodeNotAvailable, Message: "not available on a browser session: use its CDP URL"}), nil
-}
-
-func answer(r *http.Request, status int, v any) *http.Response {
-	var raw []byte
-	if e, ok := v.(computerd.Error); ok {
-		raw, _ = json.Marshal(map[string]any{"error": e})
-	} else {
-		raw, _ = json.Marshal(v)
-	}
-	return &http.Response{
-		StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(bytes.NewReader(raw)),
-		ContentLength: int64(len(raw)), Request: r,
-	}
-}
+const CodeNotAvailable = browsersession.CodeNotAvailable
 
 // Describe implements providers.Describer.
 func (*Browserbase) Describe() providers.Description {

@@ -1,32 +1,19 @@
 package browserbase
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
 	"github.com/berthdev/berth/providers/providertest"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
 	"github.com/berthdev/berth/supervisor/client"
-	"github.com/berthdev/berth/supervisor/secrets"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 func TestMain(m *testing.M) {
@@ -35,102 +22,45 @@ func TestMain(m *testing.M) {
 
 var _ supervisor.BrowserSession = (*Browserbase)(nil)
 
-const operator = "browserbase-test-operator"
-
-// stack is a supervisor behind its REST API with this provider.
-type stack struct {
-	t    *testing.T
-	fake *fakeBrowserbase
-	p    *Browserbase
-	srv  *httptest.Server
-	logs *bytes.Buffer
-	// restart makes another supervisor on the same store, as after a crash.
-	restart func() *supervisor.Service
-}
-
-func newStack(t *testing.T) *stack {
+// newStack is a supervisor behind its REST API with this provider against
+// a fake Browserbase.
+func newStack(t *testing.T) (*browsertest.Stack, *fakeBrowserbase) {
 	t.Helper()
 	f := newFakeBrowserbase(t)
-	logs := &bytes.Buffer{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	p, err := New(Options{APIURL: f.srv.URL, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(t.Context(), filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	box, _ := secrets.NewBox(key)
-	tokens, _ := token.NewDeriver([]byte(strings.Repeat("k", 32)))
-	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{ID: p}, DefaultProvider: ID,
-		Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stack{t: t, fake: f, p: p, srv: httptest.NewServer(api.New(svc, operator, log)), logs: logs}
-	s.restart = func() *supervisor.Service {
-		svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{ID: p}, DefaultProvider: ID,
-			Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second})
+	s := browsertest.NewStack(t, ID, func(log *slog.Logger) providers.Provider {
+		p, err := New(Options{APIURL: f.srv.URL, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return svc
-	}
-	t.Cleanup(func() { s.srv.Close(); st.Close() })
-	return s
-}
-
-func (s *stack) call(method, path string, body any) (int, []byte) {
-	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		raw, _ := json.Marshal(body)
-		rd = bytes.NewReader(raw)
-	}
-	req, _ := http.NewRequestWithContext(s.t.Context(), method, s.srv.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+operator)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, raw
+		return p
+	})
+	return s, f
 }
 
 // TestBrowserSession starts a session through the supervisor, drives the
 // browser behind its CDP URL with chromedp to a page on loopback, checks
-// that exec and the file tools are refused, and stops it.
+// that exec and the file tools are refused, and stops it; neither the API
+// key nor the CDP URL's signing key is logged.
 func TestBrowserSession(t *testing.T) {
-	s := newStack(t)
-	s.call("POST", "/v1/agents", map[string]any{"id": "bb", "name": "bb"})
-	if code, raw := s.call("POST", "/v1/computers", map[string]any{"agent": "bb", "provider": ID, "leaseSeconds": 300,
-		"credentials": map[string]string{CredAPIKey: s.fake.Key, CredProjectID: "proj-1"}}); code != 201 {
-		t.Fatalf("connect: %d %s", code, raw)
-	}
-	code, raw := s.call("POST", "/v1/agents/bb/computer/start", nil)
-	if code != 200 {
-		t.Fatalf("start: %d %s", code, raw)
-	}
-	var v supervisor.SessionView
-	json.Unmarshal(raw, &v)
-	if v.State != "running" || v.Browser == nil || !strings.HasPrefix(v.Browser.CDPURL, "ws://127.0.0.1:") || v.Browser.LiveViewURL == "" {
-		t.Fatalf("start answered %s, want a running session with the browser's URLs", raw)
-	}
-	body := s.fake.lastCreate
+	s, f := newStack(t)
+	s.Connect("bb", map[string]string{CredAPIKey: f.Key, CredProjectID: "proj-1"}, 300)
+	v := s.Start("bb", "ws://127.0.0.1:")
+	f.mu.Lock()
+	body := f.lastCreate
+	f.mu.Unlock()
 	if body["keepAlive"] != true || body["timeout"] != float64(300) || body["projectId"] != "proj-1" {
 		t.Errorf("create body %v: want keepAlive, the lease as timeout and the projectId", body)
 	}
 	if meta, _ := body["userMetadata"].(map[string]any); meta[providers.LabelManaged] != "true" || meta[providers.LabelAgent] != "bb" {
 		t.Errorf("userMetadata %v", body["userMetadata"])
 	}
+	keys := f.signingKeys()
+	if len(keys) != 1 || !strings.HasSuffix(v.Browser.CDPURL, "?signingKey="+keys[0]) {
+		t.Errorf("CDP URL %q, want the session's connectUrl with its signing key", v.Browser.CDPURL)
+	}
 
 	// The Go client (and so berth mcp) carries the same URLs.
-	cl, err := client.New(s.srv.URL, operator)
+	cl, err := client.New(s.URL, browsertest.Operator)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,108 +69,63 @@ func TestBrowserSession(t *testing.T) {
 		t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
 	}
 
-	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `<html><head><title>berth-loopback-page</title></head><body><p id="x">hello from loopback</p></body></html>`)
-	}))
-	defer page.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	actx, acancel := remote.NewAllocator(ctx, v.Browser.CDPURL)
-	defer acancel()
-	cctx, ccancel := chromedp.NewContext(actx)
-	if _, err := chromedp.Run(cctx, chromedp.Navigate(page.URL)); err != nil {
-		t.Fatalf("drive the browser over its CDP URL: %v", err)
-	}
-	title, err := chromedp.Run(cctx, chromedp.Title())
-	if err != nil {
-		t.Fatalf("title: %v", err)
-	}
-	text, err := chromedp.Run(cctx, chromedp.Text("#x"))
-	if err != nil {
-		t.Fatalf("text: %v", err)
-	}
-	ccancel()
-	if title != "berth-loopback-page" || text != "hello from loopback" {
-		t.Errorf("page: title %q text %q", title, text)
-	}
-
-	for _, c := range []struct {
-		path string
-		body any
-	}{
-		{"/v1/agents/bb/computer/exec", map[string]any{"command": "true"}},
-		{"/v1/agents/bb/computer/read_file", map[string]any{"path": "a"}},
-		{"/v1/agents/bb/computer/write_file", map[string]any{"path": "a", "content": "x"}},
-	} {
-		code, raw := s.call("POST", c.path, c.body)
-		if code != 422 || !strings.Contains(string(raw), supervisor.CodeBrowserSession) || !strings.Contains(string(raw), "not available on a browser session") {
-			t.Errorf("%s: %d %s, want 422 %s", c.path, code, raw, supervisor.CodeBrowserSession)
-		}
-	}
-	if code, raw := s.call("POST", "/v1/agents/bb/computer/stop", nil); code != 200 {
+	browsertest.Drive(t, v.Browser.CDPURL)
+	s.RequireNoShell("bb")
+	if code, raw := s.Call("POST", "/v1/agents/bb/computer/stop", nil); code != 200 {
 		t.Fatalf("stop: %d %s", code, raw)
 	}
-	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "bb"); ok {
+	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "bb"); ok {
 		t.Errorf("the session still runs after stop")
 	}
-	if strings.Contains(s.logs.String(), s.fake.Key) {
-		t.Errorf("the API key is in the logs")
-	}
+	s.RequireNotLogged(map[string]string{"the API key": f.Key, "the CDP URL's signing key": keys[0]})
 }
 
 // TestLostCreateReply loses the create's reply: the session is found by
 // its attempt label and adopted, and no second browser starts.
 func TestLostCreateReply(t *testing.T) {
-	s := newStack(t)
-	s.call("POST", "/v1/agents", map[string]any{"id": "lost", "name": "lost"})
-	s.call("POST", "/v1/computers", map[string]any{"agent": "lost", "provider": ID, "credentials": map[string]string{CredAPIKey: s.fake.Key}})
-	s.fake.LoseNextCreateReply()
-	code, raw := s.call("POST", "/v1/agents/lost/computer/start", nil)
-	var v supervisor.SessionView
-	json.Unmarshal(raw, &v)
-	if code != 200 || v.Browser == nil || v.Browser.CDPURL == "" {
-		t.Fatalf("start with a lost reply: %d %s, want the adopted session", code, raw)
-	}
-	if n := len(s.fake.sessions); n != 1 {
+	s, f := newStack(t)
+	s.Connect("lost", map[string]string{CredAPIKey: f.Key}, 0)
+	f.LoseNextCreateReply()
+	s.Start("lost", "ws://127.0.0.1:")
+	if n := f.count(); n != 1 {
 		t.Errorf("%d sessions at Browserbase, want 1", n)
 	}
-	s.call("POST", "/v1/agents/lost/computer/stop", nil)
+	if code, raw := s.Call("POST", "/v1/agents/lost/computer/stop", nil); code != 200 {
+		t.Errorf("stop: %d %s", code, raw)
+	}
 }
 
 // TestReconcile restarts the supervisor with a running session and a
 // leftover whose release kept failing: reconciliation keeps the first,
 // found by its user metadata, and releases the second.
 func TestReconcile(t *testing.T) {
-	s := newStack(t)
+	s, f := newStack(t)
 	for _, a := range []string{"rec", "left"} {
-		s.call("POST", "/v1/agents", map[string]any{"id": a, "name": a})
-		s.call("POST", "/v1/computers", map[string]any{"agent": a, "provider": ID, "credentials": map[string]string{CredAPIKey: s.fake.Key}})
-		if code, raw := s.call("POST", "/v1/agents/"+a+"/computer/start", nil); code != 200 {
-			t.Fatalf("start %s: %d %s", a, code, raw)
-		}
+		s.Connect(a, map[string]string{CredAPIKey: f.Key}, 0)
+		s.Start(a, "ws://127.0.0.1:")
 	}
-	s.fake.FailNextDeletes(1)
-	s.call("POST", "/v1/agents/left/computer/stop", nil)
-	if code, raw := s.call("POST", "/v1/agents/left/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}); code != 200 {
+	f.FailNextDeletes(1)
+	s.Call("POST", "/v1/agents/left/computer/stop", nil)
+	if code, raw := s.Call("POST", "/v1/agents/left/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}); code != 200 {
 		t.Fatalf("confirm-cleanup: %d %s", code, raw)
 	}
-	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "left"); !ok {
+	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "left"); !ok {
 		t.Fatalf("the leftover session is not running at Browserbase")
 	}
-	rep, err := s.restart().Reconcile(t.Context())
+	rep, err := s.Restart().Reconcile(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Kept != 1 || rep.Destroyed != 1 || rep.Vanished != 0 {
 		t.Errorf("reconcile: %+v, want the running session kept and the leftover released", rep)
 	}
-	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "left"); ok {
+	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "left"); ok {
 		t.Errorf("the leftover session still runs after reconcile")
 	}
-	if ok, _ := s.fake.exists(t.Context(), providers.LabelAgent, "rec"); !ok {
+	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "rec"); !ok {
 		t.Errorf("reconcile released the running session")
 	}
-	s.call("POST", "/v1/agents/rec/computer/stop", nil)
+	s.Call("POST", "/v1/agents/rec/computer/stop", nil)
 }
 
 // TestErrors maps Browserbase's answers.
@@ -251,7 +136,9 @@ func TestErrors(t *testing.T) {
 	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "bb_wrong_key_123") {
 		t.Errorf("bad key: %v", err)
 	}
+	f.mu.Lock()
 	f.rateLimit = 1
+	f.mu.Unlock()
 	spec.Credentials[CredAPIKey] = f.Key
 	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrCapacity) {
 		t.Errorf("429: %v", err)
@@ -262,6 +149,27 @@ func TestErrors(t *testing.T) {
 	}
 	if err := p.CheckCredentials(map[string]string{CredAPIKey: "k", "token": "x"}); err == nil {
 		t.Errorf("CheckCredentials took a foreign key")
+	}
+}
+
+// TestLiveViewFailure fails the live-view call of a create whose session
+// started: the create fails and the session is released, not left to run
+// until its timeout.
+func TestLiveViewFailure(t *testing.T) {
+	f := newFakeBrowserbase(t)
+	p, _ := New(Options{APIURL: f.srv.URL})
+	f.mu.Lock()
+	f.failDebug = 1
+	f.mu.Unlock()
+	spec := providers.Spec{ComputerID: "c", AgentID: "lv", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
+	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrUnavailable) {
+		t.Fatalf("create with a failing live view: %v, want an outage", err)
+	}
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d sessions at Browserbase, want the 1 that started", n)
+	}
+	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "lv"); ok {
+		t.Errorf("the session of the failed create still runs")
 	}
 }
 
@@ -279,9 +187,14 @@ func TestConformance(t *testing.T) {
 			return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
 		},
 	}
+	ran := 0
 	for _, sc := range providertest.Scenarios() {
 		if sc.Name == "FailingDelete" || sc.Name == "BadCredentials" {
+			ran++
 			t.Run(sc.Name, func(t *testing.T) { sc.Run(t, h) })
 		}
+	}
+	if ran != 2 {
+		t.Errorf("ran %d of the suite's 2 scenarios without a shell: were they renamed?", ran)
 	}
 }

@@ -12,111 +12,27 @@ package browserbase
 //
 // Each session is a real headless Chromium (/usr/bin/chromium, an empty
 // profile, DevTools on a loopback port of its own) whose DevTools
-// WebSocket is the session's connectUrl; it is killed by its PID when the
-// session is released or the test ends. Bad days: 401 while keys are
-// refused, 429 on the next create, a create whose reply is lost after the
-// session started, releases that fail with 500.
+// WebSocket, with ?signingKey= as at Browserbase, is the session's
+// connectUrl; it is killed with its process group when the session is
+// released or the test ends. Bad days: 401 while keys are refused, 429 on
+// the next create, a create whose reply is lost after the session
+// started, releases that fail with 500, a debug (live view) call that
+// fails with 500.
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
 )
-
-// chromiumPath is the browser the fakes run; tests skip without it only
-// when BERTH_REQUIRE_CHROMIUM is unset.
-const chromiumPath = "/usr/bin/chromium"
-
-type chromium struct {
-	cmd  *exec.Cmd
-	ws   string // ws://127.0.0.1:PORT/devtools/browser/ID
-	http string // http://127.0.0.1:PORT
-	dir  string
-}
-
-// startChromium runs a headless Chromium with an empty profile and
-// returns once its DevTools endpoint listens.
-func startChromium(ctx context.Context) (*chromium, error) {
-	dir, err := os.MkdirTemp("", "berth-chromium-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(chromiumPath, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-		"--disable-crash-reporter", "--disable-breakpad",
-		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank")
-	// Its own process group, so that stop ends the helpers it forks too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	c := &chromium{cmd: cmd, dir: dir}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok && !sent {
-				found <- strings.TrimSpace(rest)
-				sent = true
-			}
-		}
-		close(found)
-	}()
-	select {
-	case ws, ok := <-found:
-		if !ok {
-			c.stop()
-			return nil, errors.New("chromium exited before DevTools listened")
-		}
-		c.ws = ws
-		host := strings.TrimPrefix(ws, "ws://")
-		host, _, _ = strings.Cut(host, "/")
-		c.http = "http://" + host
-		return c, nil
-	case <-time.After(60 * time.Second):
-		c.stop()
-		return nil, errors.New("chromium's DevTools did not listen within 60 s")
-	case <-ctx.Done():
-		c.stop()
-		return nil, ctx.Err()
-	}
-}
-
-// stop kills the browser and the helpers it forked (its process group,
-// numbered by its PID) and removes its profile.
-func (c *chromium) stop() {
-	if p := c.cmd.Process; p != nil {
-		syscall.Kill(-p.Pid, syscall.SIGKILL)
-		c.cmd.Wait()
-	}
-	for range 50 {
-		if os.RemoveAll(c.dir) == nil {
-			if _, err := os.Stat(c.dir); os.IsNotExist(err) {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 type fakeBrowserbase struct {
 	t   testing.TB
@@ -129,6 +45,7 @@ type fakeBrowserbase struct {
 	rateLimit   int
 	loseReplies int
 	failDeletes int
+	failDebug   int
 	lastCreate  map[string]any
 }
 
@@ -140,16 +57,11 @@ type fakeSession struct {
 	ConnectURL   string            `json:"connectUrl"`
 	SigningKey   string            `json:"signingKey"`
 	UserMetadata map[string]string `json:"userMetadata"`
-	browser      *chromium
+	browser      *browsertest.Chromium
 }
 
 func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") != "" {
-			t.Fatalf("%s is missing: apt-get install chromium", chromiumPath)
-		}
-		t.Skipf("%s is missing: apt-get install chromium to run this test", chromiumPath)
-	}
+	browsertest.RequireChromium(t)
 	f := &fakeBrowserbase{t: t, Key: "bb_live_" + strings.ToLower(rand.Text()), sessions: map[string]*fakeSession{}}
 	f.srv = httptest.NewServer(f)
 	t.Cleanup(func() {
@@ -158,7 +70,7 @@ func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
 		defer f.mu.Unlock()
 		for _, s := range f.sessions {
 			if s.browser != nil {
-				s.browser.stop()
+				s.browser.Stop()
 			}
 		}
 	})
@@ -200,13 +112,16 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 		defer cancel()
-		c, err := startChromium(ctx)
+		c, err := browsertest.StartChromium(ctx)
 		if err != nil {
 			f.fail(w, 500, err.Error())
 			return
 		}
+		// As at Browserbase, the connect URL carries the session's
+		// signing key; Chromium ignores the query.
+		sk := rand.Text()
 		s := &fakeSession{ID: strings.ToLower(rand.Text()), Status: "RUNNING", KeepAlive: body["keepAlive"] == true, browser: c,
-			ConnectURL: c.ws, SigningKey: rand.Text(), UserMetadata: map[string]string{}}
+			ConnectURL: c.WS + "?signingKey=" + sk, SigningKey: sk, UserMetadata: map[string]string{}}
 		s.ProjectID, _ = body["projectId"].(string)
 		if s.ProjectID == "" {
 			s.ProjectID = "proj-of-key"
@@ -249,12 +164,17 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case sub == "" && r.Method == "GET":
 			f.reply(w, 200, s)
 		case sub == "debug" && r.Method == "GET":
+			if f.failDebug > 0 {
+				f.failDebug--
+				f.fail(w, 500, "Internal Server Error")
+				return
+			}
 			if s.Status != "RUNNING" {
 				f.fail(w, 400, "session is not running")
 				return
 			}
-			live := f.srv.URL + "/devtools-fullscreen/inspector.html?wss=" + strings.TrimPrefix(s.browser.ws, "ws://")
-			f.reply(w, 200, map[string]any{"debuggerUrl": live, "debuggerFullscreenUrl": live, "wsUrl": s.browser.ws, "pages": []any{}})
+			live := f.srv.URL + "/devtools-fullscreen/inspector.html?wss=" + strings.TrimPrefix(s.browser.WS, "ws://")
+			f.reply(w, 200, map[string]any{"debuggerUrl": live, "debuggerFullscreenUrl": live, "wsUrl": s.browser.WS, "pages": []any{}})
 		case sub == "" && r.Method == "POST":
 			var body struct {
 				Status string `json:"status"`
@@ -270,7 +190,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if s.browser != nil {
-				s.browser.stop()
+				s.browser.Stop()
 				s.browser = nil
 			}
 			s.Status = "COMPLETED"
@@ -283,7 +203,25 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// running reports whether a session labelled label=value still runs.
+// signingKeys returns every session's signing key.
+func (f *fakeBrowserbase) signingKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, s := range f.sessions {
+		out = append(out, s.SigningKey)
+	}
+	return out
+}
+
+// count returns how many sessions were made.
+func (f *fakeBrowserbase) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sessions)
+}
+
+// exists reports whether a session labelled label=value still runs.
 func (f *fakeBrowserbase) exists(ctx context.Context, label, value string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -8,12 +8,10 @@
 package browseruse
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -21,8 +19,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/browsersession"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -39,8 +38,8 @@ const DefaultAPIURL = "https://api.browser-use.com/api/v3"
 
 // Headers of the machine that carry the browser's URLs.
 const (
-	HeaderCDPURL      = "X-Berth-Browser-Cdp-Url"
-	HeaderLiveViewURL = "X-Berth-Browser-Live-View-Url"
+	HeaderCDPURL      = browsersession.HeaderCDPURL
+	HeaderLiveViewURL = browsersession.HeaderLiveViewURL
 )
 
 // maxTimeoutMinutes is the longest browser Browser Use runs (paid plans).
@@ -48,7 +47,7 @@ const maxTimeoutMinutes = 240
 
 // CodeNotAvailable is the error code a browser session's machine answers
 // to anything but health.
-const CodeNotAvailable = "not_available_on_browser_session"
+const CodeNotAvailable = browsersession.CodeNotAvailable
 
 const callTimeout = 30 * time.Second
 
@@ -68,9 +67,9 @@ type Options struct {
 
 // BrowserUse is the provider.
 type BrowserUse struct {
-	api string
-	hc  *http.Client
-	log *slog.Logger
+	api    string
+	client *httpapi.Client
+	log    *slog.Logger
 }
 
 // New checks o and returns a provider.
@@ -84,11 +83,24 @@ func New(o Options) (*BrowserUse, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	b := &BrowserUse{api: strings.TrimRight(o.APIURL, "/"), hc: o.Client, log: o.Logger.With("component", "browseruse")}
-	if b.hc == nil {
-		b.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+	hc := o.Client
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
 	}
-	return b, nil
+	api := strings.TrimRight(o.APIURL, "/")
+	return &BrowserUse{api: api, log: o.Logger.With("component", "browseruse"), client: &httpapi.Client{
+		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
+		Auth: func(h http.Header, key string) { h.Set("X-Browser-Use-API-Key", key) },
+		Failure: func(_ int, raw []byte) (string, error) {
+			var e struct {
+				Detail any `json:"detail"`
+			}
+			if json.Unmarshal(raw, &e) != nil || e.Detail == nil {
+				return "", nil
+			}
+			return fmt.Sprint(e.Detail), nil
+		},
+	}}, nil
 }
 
 // CheckCredentials requires an apiKey and nothing else.
@@ -112,60 +124,10 @@ type browser struct {
 	LiveURL string `json:"liveUrl"`
 }
 
+// call sends one API call with key; out receives a 2xx answer.
 func (b *BrowserUse) call(ctx context.Context, key, method, path string, body, out any) error {
-	if key == "" {
-		return fmt.Errorf("%w: no %s in the connection's credentials", providers.ErrBadCredentials, CredAPIKey)
-	}
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, b.api+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Browser-Use-API-Key", key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Detail any `json:"detail"`
-		}
-		json.Unmarshal(raw, &e)
-		msg := strings.ReplaceAll(fmt.Sprintf("%s %s: %d %v", method, path, resp.StatusCode, e.Detail), key, "[redacted]")
-		switch {
-		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-			return fmt.Errorf("%w: %s", providers.ErrBadCredentials, msg)
-		case resp.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%w: %s", providers.ErrNotFound, msg)
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusPaymentRequired:
-			return fmt.Errorf("%w: %s", providers.ErrCapacity, msg)
-		}
-		return fmt.Errorf("%w: %s", providers.ErrUnavailable, msg)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("%w: %s %s: unreadable answer", providers.ErrUnavailable, method, path)
-		}
-	}
-	return nil
+	_, err := b.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
+	return err
 }
 
 // Create starts a cloud browser whose own timeout is the lease.
@@ -178,9 +140,7 @@ func (b *BrowserUse) Create(ctx context.Context, spec providers.Spec) (providers
 	if br.ID == "" || br.CDPURL == "" {
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w: the answer has no id or cdpUrl", spec.ComputerID, providers.ErrUnavailable)
 	}
-	h := http.Header{}
-	h.Set(HeaderCDPURL, br.CDPURL)
-	h.Set(HeaderLiveViewURL, br.LiveURL)
+	h := browsersession.Header(br.CDPURL, br.LiveURL)
 	b.log.Info("browser session created", "computer", spec.ComputerID, "browser", br.ID)
 	return providers.Machine{ID: br.ID, Endpoint: b.api + "/browsers/" + br.ID, Header: h, Labels: spec.Labels()}, nil
 }
@@ -203,14 +163,14 @@ func (b *BrowserUse) Destroy(ctx context.Context, machineID string) error {
 // BrowserURLs returns the browser's CDP and live-view URLs
 // (supervisor.BrowserSession).
 func (b *BrowserUse) BrowserURLs(m providers.Machine) (cdpURL, liveViewURL string) {
-	return m.Header.Get(HeaderCDPURL), m.Header.Get(HeaderLiveViewURL)
+	return browsersession.URLs(m)
 }
 
 // Transport answers the supervisor's computerd calls for a browser
 // session: health from the browser's status, everything else with
 // CodeNotAvailable.
 func (b *BrowserUse) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
-	return browserTransport{health: func(ctx context.Context) error {
+	return browsersession.Transport(ID, func(ctx context.Context) error {
 		var br browser
 		if err := b.call(ctx, credentials[CredAPIKey], "GET", "/browsers/"+m.ID, nil, &br); err != nil {
 			return err
@@ -219,31 +179,7 @@ func (b *BrowserUse) Transport(m providers.Machine, credentials map[string]strin
 			return fmt.Errorf("browser is %s", br.Status)
 		}
 		return nil
-	}}
-}
-
-type browserTransport struct{ health func(context.Context) error }
-
-func (t browserTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Body != nil {
-		r.Body.Close()
-	}
-	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/healthz") {
-		if err := t.health(r.Context()); err != nil {
-			return answer(r, http.StatusServiceUnavailable, map[string]any{"error": computerd.Error{Code: "unavailable", Message: err.Error()}}), nil
-		}
-		return answer(r, http.StatusOK, computerd.Health{Status: "ok", Version: ID}), nil
-	}
-	return answer(r, http.StatusUnprocessableEntity, map[string]any{"error": computerd.Error{Code: CodeNotAvailable, Message: "not available on a browser session: use its CDP URL"}}), nil
-}
-
-func answer(r *http.Request, status int, v any) *http.Response {
-	raw, _ := json.Marshal(v)
-	return &http.Response{
-		StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(bytes.NewReader(raw)),
-		ContentLength: int64(len(raw)), Request: r,
-	}
+	})
 }
 
 // Describe implements providers.Describer.

@@ -17,104 +17,18 @@ package browseruse
 // whose reply is lost after the browser started, stops that fail with 500.
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
 )
-
-// chromiumPath is the browser the fakes run; tests skip without it only
-// when BERTH_REQUIRE_CHROMIUM is unset.
-const chromiumPath = "/usr/bin/chromium"
-
-type chromium struct {
-	cmd  *exec.Cmd
-	ws   string // ws://127.0.0.1:PORT/devtools/browser/ID
-	http string // http://127.0.0.1:PORT
-	dir  string
-}
-
-// startChromium runs a headless Chromium with an empty profile and
-// returns once its DevTools endpoint listens.
-func startChromium(ctx context.Context) (*chromium, error) {
-	dir, err := os.MkdirTemp("", "berth-chromium-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(chromiumPath, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-		"--disable-crash-reporter", "--disable-breakpad",
-		"--user-data-dir="+dir, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank")
-	// Its own process group, so that stop ends the helpers it forks too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	c := &chromium{cmd: cmd, dir: dir}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "DevTools listening on "); ok && !sent {
-				found <- strings.TrimSpace(rest)
-				sent = true
-			}
-		}
-		close(found)
-	}()
-	select {
-	case ws, ok := <-found:
-		if !ok {
-			c.stop()
-			return nil, errors.New("chromium exited before DevTools listened")
-		}
-		c.ws = ws
-		host := strings.TrimPrefix(ws, "ws://")
-		host, _, _ = strings.Cut(host, "/")
-		c.http = "http://" + host
-		return c, nil
-	case <-time.After(60 * time.Second):
-		c.stop()
-		return nil, errors.New("chromium's DevTools did not listen within 60 s")
-	case <-ctx.Done():
-		c.stop()
-		return nil, ctx.Err()
-	}
-}
-
-// stop kills the browser and the helpers it forked (its process group,
-// numbered by its PID) and removes its profile.
-func (c *chromium) stop() {
-	if p := c.cmd.Process; p != nil {
-		syscall.Kill(-p.Pid, syscall.SIGKILL)
-		c.cmd.Wait()
-	}
-	for range 50 {
-		if os.RemoveAll(c.dir) == nil {
-			if _, err := os.Stat(c.dir); os.IsNotExist(err) {
-				return
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 type fakeBrowserUse struct {
 	t   testing.TB
@@ -136,16 +50,11 @@ type fakeBrowser struct {
 	CDPURL    string    `json:"cdpUrl"`
 	LiveURL   string    `json:"liveUrl"`
 	TimeoutAt time.Time `json:"timeoutAt"`
-	chrome    *chromium
+	chrome    *browsertest.Chromium
 }
 
 func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") != "" {
-			t.Fatalf("%s is missing: apt-get install chromium", chromiumPath)
-		}
-		t.Skipf("%s is missing: apt-get install chromium to run this test", chromiumPath)
-	}
+	browsertest.RequireChromium(t)
 	f := &fakeBrowserUse{t: t, Key: "bu_" + strings.ToLower(rand.Text()), browsers: map[string]*fakeBrowser{}}
 	f.srv = httptest.NewServer(f)
 	t.Cleanup(func() {
@@ -154,7 +63,7 @@ func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
 		defer f.mu.Unlock()
 		for _, b := range f.browsers {
 			if b.chrome != nil {
-				b.chrome.stop()
+				b.chrome.Stop()
 			}
 		}
 	})
@@ -192,13 +101,13 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 		defer cancel()
-		c, err := startChromium(ctx)
+		c, err := browsertest.StartChromium(ctx)
 		if err != nil {
 			f.reply(w, 500, map[string]any{"detail": err.Error()})
 			return
 		}
 		id := strings.ToLower(rand.Text())
-		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.http, LiveURL: f.srv.URL + "/live/" + id,
+		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.HTTP, LiveURL: f.srv.URL + "/live/" + id,
 			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
 		f.browsers[id] = b
 		if f.loseReplies > 0 {
@@ -233,7 +142,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if b.chrome != nil {
-				b.chrome.stop()
+				b.chrome.Stop()
 				b.chrome = nil
 			}
 			b.Status = "stopped"
@@ -257,6 +166,13 @@ func (f *fakeBrowserUse) active() int {
 		}
 	}
 	return n
+}
+
+// count returns how many browsers were made.
+func (f *fakeBrowserUse) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.browsers)
 }
 
 // exists reports whether a browser is still active. Browser Use keeps no
