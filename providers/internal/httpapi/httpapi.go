@@ -50,6 +50,9 @@ type Call struct {
 	Method, Path string
 	Header       http.Header
 	Body         any // sent as JSON when not nil
+	// Reply, when not nil, receives the answer's header (a page token,
+	// Retry-After), whatever its status.
+	Reply http.Header
 }
 
 // Do sends c with key and decodes a 2xx answer into out (when out is not
@@ -93,6 +96,11 @@ func (cl *Client) Do(ctx context.Context, key string, c Call, out any) (int, err
 		return 0, Unreachable(name, err)
 	}
 	defer resp.Body.Close()
+	if c.Reply != nil {
+		for k, v := range resp.Header {
+			c.Reply[k] = v
+		}
+	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
 	if resp.StatusCode >= 300 {
 		var msg string
