@@ -240,6 +240,13 @@ func (f *fakeRailway) data(w http.ResponseWriter, d any) {
 	json.NewEncoder(w).Encode(map[string]any{"data": d})
 }
 
+// count returns how many services the project has.
+func (f *fakeRailway) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.services)
+}
+
 func (f *fakeRailway) exists(ctx context.Context, label, value string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

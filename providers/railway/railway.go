@@ -21,6 +21,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -184,11 +185,7 @@ func (r *Railway) gql(ctx context.Context, cr creds, query string, vars map[stri
 	op := opName(query)
 	resp, err := r.hc.Do(req)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("%w: %s: %v", providers.ErrUnavailable, op, err)
+		return httpapi.Unreachable(op, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
@@ -197,17 +194,21 @@ func (r *Railway) gql(ctx context.Context, cr creds, query string, vars map[stri
 		Errors []gqlError      `json:"errors"`
 	}
 	json.Unmarshal(body, &env)
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("%w: %s: %d", providers.ErrBadCredentials, op, resp.StatusCode)
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("%w: %s: rate limited (429)", providers.ErrCapacity, op)
-	case resp.StatusCode >= 300:
-		return fmt.Errorf("%w: %s: %d", providers.ErrUnavailable, op, resp.StatusCode)
+	if resp.StatusCode >= 300 {
+		msg := fmt.Sprintf("%s: %d", op, resp.StatusCode)
+		if len(env.Errors) > 0 {
+			msg += " " + httpapi.Redact(env.Errors[0].Message, cr.token)
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			// One endpoint serves every call: a 404 is a wrong API URL,
+			// never a machine that is gone.
+			return fmt.Errorf("%w: %s (is %s Railway's GraphQL API?)", providers.ErrUnavailable, msg, SettingAPIURL)
+		}
+		return httpapi.StatusError(resp.StatusCode, msg)
 	}
 	if len(env.Errors) > 0 {
 		e := env.Errors[0]
-		msg := strings.ReplaceAll(e.Message, cr.token, "[redacted]")
+		msg := httpapi.Redact(e.Message, cr.token)
 		low := strings.ToLower(msg)
 		switch {
 		case strings.Contains(low, "not authorized") || strings.Contains(low, "unauthorized") || e.Extensions.Code == "UNAUTHENTICATED":
@@ -278,6 +279,13 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		"source": map[string]any{"image": image}, "variables": vars,
 	}}, &created)
 	id := created.ServiceCreate.ID
+	if errors.Is(err, providers.ErrNotFound) {
+		// Railway answered, and has no such project or environment: the
+		// connection's ids are wrong, and nothing was made.
+		return providers.Machine{}, &providers.RefusedError{Status: http.StatusUnprocessableEntity, Code: httpapi.CodeRefused,
+			Message: fmt.Sprintf("Railway has no project %q with environment %q for this token: check the connection's %s and %s (%v)",
+				cr.project, cr.env, CredProjectID, CredEnvironmentID, err)}
+	}
 	if err != nil {
 		if !errors.Is(err, providers.ErrUnavailable) {
 			return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
@@ -302,7 +310,18 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		return providers.Machine{}, fmt.Errorf("create computer %s: deploy: %w", spec.ComputerID, err)
 	}
 	if err := r.waitDeployed(ctx, cr, id); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
+		if errors.Is(err, providers.ErrBadImage) {
+			// The deployment failed for sure: delete the service, since
+			// the supervisor takes such a failure to mean nothing was
+			// left behind; if that fails too, answer an outage, so that
+			// it searches for the service by its labels instead.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+			defer cancel()
+			if derr := r.Destroy(providers.WithCredentials(dctx, spec.Credentials), id); derr != nil {
+				err = fmt.Errorf("%w: %v; deleting its service failed too: %v", providers.ErrUnavailable, err, derr)
+			}
+		}
+		return providers.Machine{}, fmt.Errorf("create computer %s: image %s: %w", spec.ComputerID, image, err)
 	}
 	var dom struct {
 		ServiceDomainCreate struct{ ID, Domain string } `json:"serviceDomainCreate"`
@@ -334,7 +353,10 @@ func (r *Railway) waitDeployed(ctx context.Context, cr creds, id string) error {
 		switch status {
 		case "SUCCESS":
 			return nil
-		case "FAILED", "CRASHED", "REMOVED":
+		case "FAILED", "CRASHED":
+			// The image did not pull or did not run.
+			return fmt.Errorf("deployment %s: %w", status, providers.ErrBadImage)
+		case "REMOVED":
 			return fmt.Errorf("deployment %s: %w", status, providers.ErrUnavailable)
 		}
 		select {

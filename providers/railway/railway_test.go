@@ -85,12 +85,28 @@ func TestErrors(t *testing.T) {
 	if _, err := r.Create(t.Context(), spec(bad)); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-token-value") {
 		t.Errorf("bad token: %v", err)
 	}
+	f.mu.Lock()
 	f.rateLimit = 1
+	f.mu.Unlock()
 	if _, err := r.Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrCapacity) {
 		t.Errorf("429: %v", err)
 	}
-	if _, err := newTest(t, f, nil, "missing:1").Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrUnavailable) {
-		t.Errorf("failed deployment: %v", err)
+	// A failed deployment is a bad image, and its service is deleted, as
+	// the supervisor takes the failure to mean nothing was left behind.
+	if _, err := newTest(t, f, nil, "missing:1").Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "missing:1") {
+		t.Errorf("failed deployment: %v, want a missing image naming it", err)
+	}
+	if n := f.count(); n != 0 {
+		t.Errorf("%d services left after a failed deployment", n)
+	}
+	// A project that is not there is the connection's mistake: a definite
+	// 422 that names the credentials to check, not an outage.
+	wrong := f.creds("")
+	wrong[CredProjectID] = "prj-typo"
+	_, err := r.Create(t.Context(), spec(wrong))
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || re.Status != 422 || !strings.Contains(re.Message, CredProjectID) || strings.Contains(re.Message, f.Token) {
+		t.Errorf("unknown project: %v, want a 422 refusal naming %s", err, CredProjectID)
 	}
 	for _, c := range []map[string]string{{CredToken: "t"}, {CredToken: "t", CredProjectID: "p", CredEnvironmentID: "e", CredTokenKind: "root"}, {"apiKey": "x"}} {
 		if err := r.CheckCredentials(c); err == nil {
