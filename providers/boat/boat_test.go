@@ -91,9 +91,22 @@ func TestErrors(t *testing.T) {
 	if _, err := b.Create(t.Context(), spec("wrong-key")); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-key") {
 		t.Errorf("bad key: %v", err)
 	}
+	f.mu.Lock()
 	f.rateLimit = 1
+	f.mu.Unlock()
 	if _, err := b.Create(t.Context(), spec(f.Key)); !errors.Is(err, providers.ErrCapacity) {
 		t.Errorf("429: %v", err)
+	}
+	// A request Boat refuses (a sandbox type it does not have) is a
+	// definite 422 with Boat's message, not an outage to retry.
+	huge, err := New(Options{APIURL: f.srv.URL + "/api/v1", SandboxType: "huge", PollInterval: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = huge.Create(t.Context(), spec(f.Key))
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || re.Status != 422 || !strings.Contains(re.Message, "unknown sandbox type huge") || strings.Contains(re.Message, f.Key) {
+		t.Errorf("unknown type: %v, want a 422 refusal with Boat's message", err)
 	}
 	bad := newTest(t, f, nil, "missing/image:1")
 	s := spec(f.Key)

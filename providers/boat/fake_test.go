@@ -19,7 +19,8 @@ package boat
 // provider sends starts a real in-process computerd with the token hash
 // and environment given by its -e flags. Bad days: 401 for every call while
 // keys are refused, 429 on the next create, a create whose reply is lost
-// after the sandbox was made, deletes that fail with 503.
+// after the sandbox was made, deletes that fail with 503, and 400 for a
+// sandbox type other than small, default and large.
 
 import (
 	"context"
@@ -177,6 +178,10 @@ func (f *fakeBoat) create(w http.ResponseWriter, r *http.Request) {
 	}
 	f.creates++
 	f.lastCreate = body
+	if t := fmt.Sprint(body["type"]); t != "small" && t != "default" && t != "large" {
+		f.fail(w, 400, "invalid_type", "unknown sandbox type "+t)
+		return
+	}
 	if id, ok := f.byKey[r.Header.Get("Idempotency-Key")]; ok && r.Header.Get("Idempotency-Key") != "" {
 		f.json(w, 200, map[string]any{"sandbox": f.sandboxes[id]})
 		return
