@@ -29,6 +29,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -311,7 +312,7 @@ func (p *Incus) call(ctx context.Context, method, path string, body any) (respon
 	}
 	resp, err := p.hc.Do(req)
 	if err != nil {
-		return response{}, fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, stripQuery(path), scrub(err))
+		return response{}, httpapi.Unreachable(method+" "+stripQuery(path), err)
 	}
 	defer resp.Body.Close()
 	var r response
@@ -330,27 +331,17 @@ func (p *Incus) call(ctx context.Context, method, path string, body any) (respon
 
 func stripQuery(p string) string { s, _, _ := strings.Cut(p, "?"); return s }
 
-// scrub drops the URL (and its query) from a transport error.
-func scrub(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
+// statusErr maps an error answer as httpapi.StatusError does (a 400, such
+// as a config Incus will not take, is a definite refusal), with a full
+// storage pool (507) as no room.
 func statusErr(code int, msg string) error {
-	switch {
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return fmt.Errorf("%w: %s (the server does not trust this client's certificate or token)", providers.ErrBadCredentials, msg)
-	case code == http.StatusNotFound:
-		return fmt.Errorf("%w: %s", providers.ErrNotFound, msg)
-	case code == http.StatusTooManyRequests || code == http.StatusInsufficientStorage:
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		msg += " (the server does not trust this client's certificate or token)"
+	case http.StatusInsufficientStorage:
 		return fmt.Errorf("%w: %s", providers.ErrCapacity, msg)
-	case code >= 500:
-		return fmt.Errorf("%w: %s", providers.ErrUnavailable, msg)
 	}
-	return fmt.Errorf("%w: %s", providers.ErrUnavailable, msg)
+	return httpapi.StatusError(code, msg)
 }
 
 // wait follows an asynchronous answer to its end.
@@ -382,8 +373,12 @@ func (p *Incus) wait(ctx context.Context, r response) error {
 			}
 			return fmt.Errorf("%w: operation %s: %s", providers.ErrUnavailable, op.Status, op.Err)
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		// The wait answers when the operation ends or after its timeout;
+		// a server that answers sooner is not asked again at once.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: operation %s still %s: %v", providers.ErrUnavailable, id, op.Status, ctx.Err())
+		case <-time.After(p.o.PollInterval):
 		}
 	}
 }
