@@ -48,6 +48,14 @@ bench: docker images ## run the benchmarks; one table: each figure, its baseline
 bench-density: docker images ## start BERTH_DENSITY_N (default 100) idle headless computers: how many fit, memory each, supervisor RSS
 	@BERTH_BENCH_DENSITY=1 $(GO) test -run '^$$' -bench Density -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | $(BENCH_TABLE)
 
+app: ## build the companion app, bin/berth-companion (cgo: gcc and the GL/X11 headers, see docs/companion.md)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/berth-companion ./cmd/berth-companion
+
+FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4
+app-package: ## package the companion for Linux with fyne package: bin/berth-companion-linux.tar.xz
+	cd cmd/berth-companion && $(GO) run $(FYNE_CLI) package --os linux --release
+	mkdir -p bin && mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
+
 lint: ## vet and check formatting
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
