@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id the package registers under.
@@ -454,12 +456,14 @@ func (k *Kubernetes) Create(ctx context.Context, spec providers.Spec) (providers
 }
 
 // undo removes what a create made when it fails for sure (a missing
-// image, no room, refused credentials), since the supervisor takes such a
+// image, no room, refused credentials, an object the API server turned
+// down), since the supervisor takes such a
 // failure to mean nothing was left behind. If the removal fails too, the
 // error is reported as an outage instead, so that the supervisor searches
 // for the machine by its label.
 func (k *Kubernetes) undo(ctx context.Context, name string, err error) error {
-	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) && !errors.Is(err, providers.ErrBadCredentials) {
+	if !errors.Is(err, providers.ErrBadImage) && !errors.Is(err, providers.ErrCapacity) &&
+		!errors.Is(err, providers.ErrBadCredentials) && !errors.Is(err, providers.ErrRefused) {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -574,6 +578,10 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", providers.ErrCapacity, err)
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("%w: %v", providers.ErrNotFound, err)
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		// The API server turned the object down (a setting it will not
+		// take, such as a malformed resource value): nothing was made.
+		return httpapi.StatusError(http.StatusUnprocessableEntity, err.Error())
 	case errors.As(err, &status):
 		return fmt.Errorf("%w: %v", providers.ErrUnavailable, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

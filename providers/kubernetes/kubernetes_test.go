@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/berthdev/berth/images/computerd"
@@ -283,6 +284,17 @@ func TestErrors(t *testing.T) {
 	}
 	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
 		t.Errorf("after a refused pod: %v %v, want its policy removed", ms, err)
+	}
+	// A pod the API server turns down is a definite 422 with its reason,
+	// and its policy is removed too.
+	f.nextCreate = []error{apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "x", field.ErrorList{field.Invalid(field.NewPath("spec", "runtimeClassName"), "Bad_Name", "a lowercase RFC 1123 subdomain")})}
+	_, err := k.Create(t.Context(), testSpec())
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || re.Status != 422 || !strings.Contains(re.Message, "runtimeClassName") {
+		t.Errorf("invalid pod: %v, want a 422 refusal naming the field", err)
+	}
+	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
+		t.Errorf("after an invalid pod: %v %v, want its policy removed", ms, err)
 	}
 	f.refuse = true
 	if _, err := k.List(t.Context()); !errors.Is(err, providers.ErrBadCredentials) {
