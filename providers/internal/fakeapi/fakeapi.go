@@ -70,6 +70,7 @@ type Server struct {
 	loseCreates int
 	failDeletes int
 	failNext    []int // statuses the next requests answer, in order
+	echo        bool
 	requests    []Request
 }
 
@@ -98,6 +99,16 @@ func (s *Server) RefuseCredentials(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refuse = on
+}
+
+// EchoHeaders makes the error answers the server plays (refused
+// credentials, FailNext, failing deletes) repeat the request's header
+// values in their message while on, as a careless API echoes the key it
+// refused: a provider must keep them out of its errors and logs.
+func (s *Server) EchoHeaders(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.echo = on
 }
 
 // LoseNextCreateReply makes the next create run to completion and its
@@ -160,6 +171,13 @@ func (s *Server) wrap(h http.Handler) http.Handler {
 		case kind == Delete && s.failDeletes > 0:
 			s.failDeletes--
 			status, msg = http.StatusInternalServerError, "internal error while deleting"
+		}
+		if status != 0 && s.echo {
+			var sent []string
+			for _, v := range r.Header {
+				sent = append(sent, v...)
+			}
+			msg += " (sent " + strings.Join(sent, ", ") + ")"
 		}
 		lose := status == 0 && kind == Create && s.loseCreates > 0
 		if lose {

@@ -89,6 +89,38 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestEchoHeaders repeats the request's header values in the error
+// answers it plays, and only while on.
+func TestEchoHeaders(t *testing.T) {
+	s := New(t, http.NotFoundHandler(), Options{})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	get := func() string {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", s.URL+"/x", nil)
+		req.Header.Set("X-Key", "sk_echoed")
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	s.RefuseCredentials(true)
+	if b := get(); strings.Contains(b, "sk_echoed") {
+		t.Errorf("echoed while off: %s", b)
+	}
+	s.EchoHeaders(true)
+	if b := get(); !strings.Contains(b, "sk_echoed") {
+		t.Errorf("refused answer %s: want the key echoed", b)
+	}
+	s.RefuseCredentials(false)
+	s.FailNext(http.StatusServiceUnavailable)
+	if b := get(); !strings.Contains(b, "sk_echoed") {
+		t.Errorf("503 answer %s: want the key echoed", b)
+	}
+}
+
 func TestComputer(t *testing.T) {
 	c, err := StartComputer(t.TempDir(), token.Hash("tok"), map[string]string{"MACHINE_VAR": "yes"})
 	if err != nil {
