@@ -15,12 +15,9 @@
 package daytona
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -29,6 +26,8 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/hosted"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id.
@@ -101,17 +100,22 @@ type Options struct {
 // Daytona is the provider.
 type Daytona struct {
 	o   Options
-	hc  *http.Client
+	api *httpapi.Client
 	log *slog.Logger
 }
 
+// credentials are the credentials a connection gives.
+var credentials = hosted.Credentials{Provider: ID, List: []hosted.Credential{
+	{Name: CredAPIKey, Want: "a Daytona API key"},
+	{Name: CredOrganization, Optional: true},
+}}
+
 // New returns a provider; it does not call the API.
 func New(o Options) (*Daytona, error) {
-	u, err := url.Parse(o.APIURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s %q is not an http(s) URL", SettingAPIURL, o.APIURL)
+	var err error
+	if o.APIURL, err = hosted.APIURL(SettingAPIURL, o.APIURL); err != nil {
+		return nil, err
 	}
-	o.APIURL = strings.TrimRight(o.APIURL, "/")
 	if o.HeadlessSnapshot == "" || o.DesktopSnapshot == "" {
 		return nil, fmt.Errorf("%s and %s are required", SettingHeadlessSnapshot, SettingDesktopSnapshot)
 	}
@@ -124,7 +128,11 @@ func New(o Options) (*Daytona, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Daytona{o: o, hc: &http.Client{Transport: o.Transport, Timeout: time.Minute}, log: o.Logger.With("component", ID)}, nil
+	return &Daytona{o: o, log: o.Logger.With("component", ID), api: &httpapi.Client{
+		BaseURL: o.APIURL, HTTP: &http.Client{Transport: o.Transport}, Timeout: time.Minute, KeyName: CredAPIKey,
+		Auth:    func(h http.Header, key string) { h.Set("Authorization", "Bearer "+key) },
+		Failure: failure,
+	}}, nil
 }
 
 // Describe implements providers.Describer.
@@ -145,17 +153,7 @@ func (*Daytona) Describe() providers.Description {
 }
 
 // CheckCredentials requires an apiKey; organizationId is optional.
-func (d *Daytona) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredAPIKey && k != CredOrganization {
-			return fmt.Errorf("%q is not a daytona credential: want %q and optionally %q", k, CredAPIKey, CredOrganization)
-		}
-	}
-	if strings.TrimSpace(c[CredAPIKey]) == "" {
-		return fmt.Errorf("%s is missing: want a Daytona API key", CredAPIKey)
-	}
-	return nil
-}
+func (d *Daytona) CheckCredentials(c map[string]string) error { return credentials.Check(c) }
 
 // sandbox is Daytona's SandboxDto, the fields Berth reads.
 type sandbox struct {
@@ -190,37 +188,26 @@ func gone(state string) bool { return state == "destroyed" || state == "destroyi
 // preview token.
 func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	c := spec.Credentials
-	if c[CredAPIKey] == "" {
-		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
-	}
-	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
-	env[computerd.EnvTokenHash] = spec.TokenHash
-	env[computerd.EnvComputerID] = spec.ComputerID
 	snapshot := d.o.HeadlessSnapshot
 	if spec.Image == providers.ImageDesktop {
 		snapshot = d.o.DesktopSnapshot
 	}
-	lease := spec.Lease
-	if lease <= 0 {
-		lease = 15 * time.Minute
-	}
 	req := map[string]any{
 		"name":               "berth-" + spec.ComputerID,
 		"snapshot":           snapshot,
-		"env":                env,
+		"env":                hosted.Env(spec),
 		"labels":             spec.Labels(),
 		"public":             false,
-		"autoStopInterval":   int((lease + Grace + time.Minute - 1) / time.Minute),
+		"autoStopInterval":   int((hosted.Timeout(spec, Grace) + time.Minute - 1) / time.Minute),
 		"autoDeleteInterval": 0, // delete as soon as it stops
 	}
 	if d.o.Target != "" {
 		req["target"] = d.o.Target
 	}
 	var sb sandbox
-	if err := d.call(ctx, c, http.MethodPost, "/sandbox", nil, req, &sb, http.StatusOK, http.StatusCreated); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest) {
-			return providers.Machine{}, fmt.Errorf("create computer %s: snapshot %q: %w: %s", spec.ComputerID, snapshot, providers.ErrBadImage, ae.msg)
+	if code, err := d.call(ctx, c, http.MethodPost, "/sandbox", req, &sb); err != nil {
+		if code == http.StatusNotFound || code == http.StatusBadRequest {
+			return providers.Machine{}, fmt.Errorf("create computer %s: snapshot %q: %w: %v", spec.ComputerID, snapshot, providers.ErrBadImage, err)
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
@@ -254,7 +241,7 @@ func (d *Daytona) awaitStarted(ctx context.Context, c map[string]string, sb *san
 			return fmt.Errorf("%w: still %q after %s", providers.ErrUnavailable, sb.State, startTimeout)
 		case <-time.After(d.o.PollInterval):
 		}
-		if err := d.call(ctx, c, http.MethodGet, "/sandbox/"+url.PathEscape(sb.ID), nil, nil, sb, http.StatusOK); err != nil {
+		if _, err := d.call(ctx, c, http.MethodGet, "/sandbox/"+url.PathEscape(sb.ID), nil, sb); err != nil {
 			return err
 		}
 	}
@@ -266,7 +253,7 @@ func (d *Daytona) awaitStarted(ctx context.Context, c map[string]string, sb *san
 func (d *Daytona) machine(ctx context.Context, c map[string]string, sb sandbox) (providers.Machine, error) {
 	var pv previewURL
 	path := fmt.Sprintf("/sandbox/%s/ports/%d/preview-url", url.PathEscape(sb.ID), computerd.Port)
-	if err := d.call(ctx, c, http.MethodGet, path, nil, nil, &pv, http.StatusOK); err != nil {
+	if _, err := d.call(ctx, c, http.MethodGet, path, nil, &pv); err != nil {
 		return providers.Machine{}, fmt.Errorf("preview URL of sandbox %s: %w", sb.ID, err)
 	}
 	if pv.URL == "" {
@@ -282,12 +269,9 @@ func (d *Daytona) machine(ctx context.Context, c map[string]string, sb sandbox) 
 // Destroy deletes the sandbox and waits until Daytona reports it gone.
 func (d *Daytona) Destroy(ctx context.Context, machineID string) error {
 	c := providers.CredentialsFrom(ctx)
-	if c[CredAPIKey] == "" {
-		return fmt.Errorf("destroy %s: %w: no %s in the call's context", machineID, providers.ErrBadCredentials, CredAPIKey)
-	}
 	path := "/sandbox/" + url.PathEscape(machineID)
-	err := d.call(ctx, c, http.MethodDelete, path, nil, nil, nil, http.StatusOK, http.StatusNoContent)
-	if errors.Is(err, providers.ErrNotFound) {
+	code, err := d.call(ctx, c, http.MethodDelete, path, nil, nil)
+	if code == http.StatusNotFound {
 		return nil
 	}
 	if err != nil {
@@ -297,9 +281,9 @@ func (d *Daytona) Destroy(ctx context.Context, machineID string) error {
 	defer cancel()
 	for {
 		var sb sandbox
-		err := d.call(wctx, c, http.MethodGet, path, nil, nil, &sb, http.StatusOK)
+		code, err := d.call(wctx, c, http.MethodGet, path, nil, &sb)
 		switch {
-		case errors.Is(err, providers.ErrNotFound), err == nil && sb.State == "destroyed":
+		case code == http.StatusNotFound, err == nil && sb.State == "destroyed":
 			d.log.Info("sandbox deleted", "sandbox", machineID)
 			return nil
 		case err != nil:
@@ -329,7 +313,7 @@ func (d *Daytona) List(ctx context.Context) ([]providers.Machine, error) {
 			Items      []sandbox `json:"items"`
 			NextCursor *string   `json:"nextCursor"`
 		}
-		if err := d.call(ctx, c, http.MethodGet, "/sandbox", q, nil, &res, http.StatusOK); err != nil {
+		if _, err := d.call(ctx, c, http.MethodGet, "/sandbox?"+q.Encode(), nil, &res); err != nil {
 			return nil, fmt.Errorf("list sandboxes: %w", err)
 		}
 		for _, sb := range res.Items {
@@ -364,93 +348,33 @@ func (d *Daytona) Transport(m providers.Machine, credentials map[string]string) 
 	return d.o.Transport
 }
 
-type apiError struct {
-	status int
-	msg    string
-	kind   error
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%v: Daytona answered %d: %s", e.kind, e.status, e.msg)
-}
-func (e *apiError) Unwrap() error { return e.kind }
-
-func (d *Daytona) call(ctx context.Context, c map[string]string, method, path string, q url.Values, body, out any, ok ...int) error {
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	u := d.o.APIURL + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c[CredAPIKey])
+// call sends one API call with the connection's key, acting in its
+// organization when it names one.
+func (d *Daytona) call(ctx context.Context, c map[string]string, method, path string, body, out any) (int, error) {
+	h := http.Header{}
 	if org := c[CredOrganization]; org != "" {
-		req.Header.Set(OrganizationHeader, org)
+		h.Set(OrganizationHeader, org)
 	}
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := d.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, err)
-	}
-	defer resp.Body.Close()
-	for _, s := range ok {
-		if resp.StatusCode == s {
-			if out == nil {
-				io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-				return nil
-			}
-			if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
-				return fmt.Errorf("%w: decode the answer of %s %s: %v", providers.ErrUnavailable, method, path, err)
-			}
-			return nil
-		}
-	}
-	// Errors are {"statusCode", "error", "message"}.
+	return d.api.Do(ctx, c[CredAPIKey], httpapi.Call{Method: method, Path: path, Header: h, Body: body}, out)
+}
+
+// failure reads Daytona's error answer, {"statusCode", "error",
+// "message"}: a 403 about a quota is no room, not a refused key; for the
+// rest the status says.
+func failure(status int, raw []byte) (string, error) {
 	var e struct {
 		Message string `json:"message"`
 	}
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
 		e.Message = strings.TrimSpace(string(raw))
-		if len(e.Message) > 200 {
-			e.Message = e.Message[:200]
-		}
 	}
-	ae := &apiError{status: resp.StatusCode, msg: e.Message}
-	switch {
-	case resp.StatusCode == http.StatusForbidden && strings.Contains(strings.ToLower(e.Message), "quota"):
-		ae.kind = providers.ErrCapacity
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		ae.kind = providers.ErrBadCredentials
-	case resp.StatusCode == http.StatusTooManyRequests:
-		ae.kind = providers.ErrCapacity
-	case resp.StatusCode == http.StatusNotFound:
-		ae.kind = providers.ErrNotFound
-	case resp.StatusCode == http.StatusBadRequest:
-		ae.kind = errors.New("request refused")
-	default:
-		ae.kind = providers.ErrUnavailable
+	if len(e.Message) > 200 {
+		e.Message = e.Message[:200]
 	}
-	return ae
+	if status == http.StatusForbidden && strings.Contains(strings.ToLower(e.Message), "quota") {
+		return e.Message, providers.ErrCapacity
+	}
+	return e.Message, nil
 }
 
 var (

@@ -129,6 +129,7 @@ func TestCreateRequest(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	f, p, creds := newFake(t, nil)
+	f.EchoHeaders(true) // the key must stay out of errors even so
 	s := spec(creds)
 	for _, c := range []struct {
 		status int

@@ -15,12 +15,9 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -31,6 +28,8 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/hosted"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id of E2B itself.
@@ -76,8 +75,8 @@ func init() {
 func Register(id, summary string, s Settings) {
 	providers.Register(id, func(cfg providers.Config) (providers.Provider, error) {
 		o := OptionsFromConfig(id, s, cfg)
-		if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("%s %q is not an http(s) URL", s.APIURL, o.APIURL)
+		if _, err := hosted.APIURL(s.APIURL, o.APIURL); err != nil {
+			return nil, err
 		}
 		return New(o)
 	})
@@ -138,9 +137,10 @@ type Options struct {
 
 // Provider is an E2B-compatible provider.
 type Provider struct {
-	o   Options
-	hc  *http.Client
-	log *slog.Logger
+	o     Options
+	api   *httpapi.Client
+	creds hosted.Credentials
+	log   *slog.Logger
 
 	mu     sync.Mutex
 	tokens map[string]string // traffic tokens by sandbox id, for machines found by List
@@ -161,30 +161,26 @@ func New(o Options) (*Provider, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	u, err := url.Parse(o.APIURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s: API URL %q is not an http(s) URL", o.Name, o.APIURL)
+	var err error
+	if o.APIURL, err = hosted.APIURL(o.Name+" API URL", o.APIURL); err != nil {
+		return nil, err
 	}
-	o.APIURL = strings.TrimRight(o.APIURL, "/")
 	if o.HeadlessTemplate == "" || o.DesktopTemplate == "" {
 		return nil, fmt.Errorf("%s: the headless and desktop template names are required", o.Name)
 	}
-	return &Provider{o: o, hc: &http.Client{Transport: o.Transport, Timeout: 2 * time.Minute},
-		log: o.Logger.With("component", o.Name), tokens: map[string]string{}}, nil
+	return &Provider{o: o, log: o.Logger.With("component", o.Name), tokens: map[string]string{},
+		api: &httpapi.Client{
+			BaseURL: o.APIURL, HTTP: &http.Client{Transport: o.Transport}, Timeout: 2 * time.Minute, KeyName: CredAPIKey,
+			Auth:    func(h http.Header, key string) { h.Set("X-API-Key", key) },
+			Failure: failure,
+		},
+		creds: hosted.Credentials{Provider: o.Name, List: []hosted.Credential{
+			{Name: CredAPIKey, Want: "the " + o.Name + " account's API key"}}},
+	}, nil
 }
 
 // CheckCredentials requires a non-empty apiKey and nothing else.
-func (p *Provider) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredAPIKey {
-			return fmt.Errorf("%q is not a %s credential: want %q", k, p.o.Name, CredAPIKey)
-		}
-	}
-	if strings.TrimSpace(c[CredAPIKey]) == "" {
-		return fmt.Errorf("%s is missing: want the %s account's API key", CredAPIKey, p.o.Name)
-	}
-	return nil
-}
+func (p *Provider) CheckCredentials(c map[string]string) error { return p.creds.Check(c) }
 
 // newSandbox is the body of POST /sandboxes.
 type newSandbox struct {
@@ -227,29 +223,17 @@ func (p *Provider) template(kind string) string {
 // variables, the lease (plus Grace) as its timeout, and its port URLs
 // closed to requests without the traffic token.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
-	key := spec.Credentials[CredAPIKey]
-	if key == "" {
-		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %s is missing", spec.ComputerID, providers.ErrBadCredentials, CredAPIKey)
-	}
-	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
-	env[computerd.EnvTokenHash] = spec.TokenHash
-	env[computerd.EnvComputerID] = spec.ComputerID
-	lease := spec.Lease
-	if lease <= 0 {
-		lease = 15 * time.Minute
-	}
 	req := newSandbox{
 		TemplateID: p.template(spec.Image),
-		Timeout:    int((lease + Grace) / time.Second),
+		Timeout:    int(hosted.Timeout(spec, Grace) / time.Second),
 		Metadata:   spec.Labels(),
-		EnvVars:    env,
+		EnvVars:    hosted.Env(spec),
 		Network:    &network{AllowPublicTraffic: false},
 	}
 	var sb sandbox
-	if err := p.call(ctx, key, http.MethodPost, "/sandboxes", nil, req, &sb, http.StatusCreated, http.StatusOK); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && (ae.status == http.StatusNotFound || ae.status == http.StatusBadRequest) {
-			return providers.Machine{}, fmt.Errorf("create computer %s: template %q: %w: %s", spec.ComputerID, req.TemplateID, providers.ErrBadImage, ae.msg)
+	if code, err := p.call(ctx, spec.Credentials[CredAPIKey], http.MethodPost, "/sandboxes", req, &sb); err != nil {
+		if code == http.StatusNotFound || code == http.StatusBadRequest {
+			return providers.Machine{}, fmt.Errorf("create computer %s: template %q: %w: %v", spec.ComputerID, req.TemplateID, providers.ErrBadImage, err)
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
@@ -280,14 +264,7 @@ func (p *Provider) machine(id string, domain *string, labels map[string]string) 
 // done. The key comes from the context (providers.WithCredentials).
 func (p *Provider) Destroy(ctx context.Context, machineID string) error {
 	key := providers.CredentialsFrom(ctx)[CredAPIKey]
-	if key == "" {
-		return fmt.Errorf("destroy %s: %w: no %s in the call's context", machineID, providers.ErrBadCredentials, CredAPIKey)
-	}
-	err := p.call(ctx, key, http.MethodDelete, "/sandboxes/"+url.PathEscape(machineID), nil, nil, nil, http.StatusNoContent, http.StatusOK)
-	if errors.Is(err, providers.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
+	if code, err := p.call(ctx, key, http.MethodDelete, "/sandboxes/"+url.PathEscape(machineID), nil, nil); err != nil && code != http.StatusNotFound {
 		return fmt.Errorf("destroy %s: %w", machineID, err)
 	}
 	p.mu.Lock()
@@ -313,8 +290,8 @@ func (p *Provider) List(ctx context.Context) ([]providers.Machine, error) {
 	var out []providers.Machine
 	for page := 0; page < maxListPages; page++ {
 		var items []listedSandbox
-		next, err := p.callPage(ctx, key, q, &items)
-		if err != nil {
+		reply := http.Header{}
+		if _, err := p.api.Do(ctx, key, httpapi.Call{Method: http.MethodGet, Path: "/v2/sandboxes?" + q.Encode(), Reply: reply}, &items); err != nil {
 			return nil, fmt.Errorf("list sandboxes: %w", err)
 		}
 		for _, s := range items {
@@ -323,27 +300,13 @@ func (p *Provider) List(ctx context.Context) ([]providers.Machine, error) {
 			}
 			out = append(out, p.machine(s.SandboxID, nil, s.Metadata))
 		}
+		next := reply.Get("X-Next-Token")
 		if next == "" {
 			return out, nil
 		}
 		q.Set("nextToken", next)
 	}
 	return nil, fmt.Errorf("list sandboxes: %w: more than %d pages", providers.ErrUnavailable, maxListPages)
-}
-
-func (p *Provider) callPage(ctx context.Context, key string, q url.Values, out *[]listedSandbox) (string, error) {
-	resp, err := p.do(ctx, key, http.MethodGet, "/v2/sandboxes", q, nil)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", p.statusErr(resp)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 32<<20)).Decode(out); err != nil {
-		return "", fmt.Errorf("%w: decode the sandbox list: %v", providers.ErrUnavailable, err)
-	}
-	return resp.Header.Get("X-Next-Token"), nil
 }
 
 // Transport returns a RoundTripper that adds m's traffic token when the
@@ -385,7 +348,7 @@ func (p *Provider) trafficToken(ctx context.Context, id, key string) (string, er
 		return tok, nil
 	}
 	var sb sandbox
-	if err := p.call(ctx, key, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", nil, map[string]int{"timeout": 0}, &sb, http.StatusOK, http.StatusCreated); err != nil {
+	if _, err := p.call(ctx, key, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", map[string]int{"timeout": 0}, &sb); err != nil {
 		return "", fmt.Errorf("traffic token of sandbox %s: %w", id, err)
 	}
 	if sb.TrafficAccessToken != nil {
@@ -397,115 +360,32 @@ func (p *Provider) trafficToken(ctx context.Context, id, key string) (string, er
 	return tok, nil
 }
 
-// apiError is an answer outside the expected statuses.
-type apiError struct {
-	status int
-	msg    string
-	kind   error
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%v: the API answered %d: %s", e.kind, e.status, e.msg)
-}
-
-func (e *apiError) Unwrap() error { return e.kind }
-
-func (p *Provider) do(ctx context.Context, key, method, path string, q url.Values, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	u := p.o.APIURL + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-API-Key", key)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := p.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		// The error names the URL, never the key (it travels in a header).
-		return nil, fmt.Errorf("%w: %s %s: %v", providers.ErrUnavailable, method, path, unwrapURL(err))
-	}
-	return resp, nil
-}
-
-// unwrapURL drops url.Error's quoting of the whole URL.
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-func (p *Provider) call(ctx context.Context, key, method, path string, q url.Values, body, out any, ok ...int) error {
-	resp, err := p.do(ctx, key, method, path, q, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	for _, s := range ok {
-		if resp.StatusCode == s {
-			if out == nil {
-				io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-				return nil
-			}
-			if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(out); err != nil {
-				return fmt.Errorf("%w: decode the answer of %s %s: %v", providers.ErrUnavailable, method, path, err)
-			}
-			return nil
+// call sends one API call with key; an answer of 429 says when to try
+// again, as E2B's Retry-After does.
+func (p *Provider) call(ctx context.Context, key, method, path string, body, out any) (int, error) {
+	reply := http.Header{}
+	code, err := p.api.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body, Reply: reply}, out)
+	if code == http.StatusTooManyRequests {
+		if s, perr := strconv.Atoi(reply.Get("Retry-After")); perr == nil {
+			err = fmt.Errorf("%w (retry after %d s)", err, s)
 		}
 	}
-	return p.statusErr(resp)
+	return code, err
 }
 
-// statusErr maps an answer's status: 401/403 refused credentials, 429
-// capacity, 404 not found, anything else the provider's trouble.
-func (p *Provider) statusErr(resp *http.Response) error {
+// failure reads E2B's error answer, {"code", "message"}; the status says
+// what it means.
+func failure(status int, raw []byte) (string, error) {
 	var e struct {
-		Code    int    `json:"code"`
 		Message string `json:"message"`
 	}
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
 		e.Message = strings.TrimSpace(string(raw))
-		if len(e.Message) > 200 {
-			e.Message = e.Message[:200]
-		}
 	}
-	ae := &apiError{status: resp.StatusCode, msg: e.Message}
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		ae.kind = providers.ErrBadCredentials
-	case resp.StatusCode == http.StatusTooManyRequests:
-		ae.kind = providers.ErrCapacity
-		if ra := resp.Header.Get("Retry-After"); ra != "" {
-			if s, err := strconv.Atoi(ra); err == nil {
-				ae.msg += fmt.Sprintf(" (retry after %d s)", s)
-			}
-		}
-	case resp.StatusCode == http.StatusNotFound:
-		ae.kind = providers.ErrNotFound
-	case resp.StatusCode == http.StatusBadRequest:
-		ae.kind = errors.New("request refused")
-	default:
-		ae.kind = providers.ErrUnavailable
+	if len(e.Message) > 200 {
+		e.Message = e.Message[:200]
 	}
-	return ae
+	return e.Message, nil
 }
 
 var (

@@ -23,15 +23,11 @@
 package modal
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +35,8 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/hosted"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
 
 // ID is the provider id.
@@ -104,7 +102,7 @@ type Options struct {
 // Modal is the provider.
 type Modal struct {
 	o   Options
-	hc  *http.Client
+	api *httpapi.Client
 	log *slog.Logger
 
 	mu   sync.Mutex
@@ -113,11 +111,10 @@ type Modal struct {
 
 // New returns a provider; it does not call Modal.
 func New(o Options) (*Modal, error) {
-	u, err := url.Parse(o.ServerURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s %q is not an http(s) URL", SettingServerURL, o.ServerURL)
+	var err error
+	if o.ServerURL, err = hosted.APIURL(SettingServerURL, o.ServerURL); err != nil {
+		return nil, err
 	}
-	o.ServerURL = strings.TrimRight(o.ServerURL, "/")
 	if o.HeadlessImage == "" {
 		return nil, fmt.Errorf("%s is required: the Modal image id (im-...) of Berth's headless image", SettingHeadlessImage)
 	}
@@ -136,8 +133,12 @@ func New(o Options) (*Modal, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Modal{o: o, hc: &http.Client{Transport: o.Transport, Timeout: 2 * time.Minute},
-		log: o.Logger.With("component", ID), apps: map[string]string{}}, nil
+	return &Modal{o: o, log: o.Logger.With("component", ID), apps: map[string]string{}, api: &httpapi.Client{
+		BaseURL: o.ServerURL + "/" + Service + "/", HTTP: &http.Client{Transport: o.Transport}, Timeout: 2 * time.Minute,
+		KeyName: CredTokenSecret,
+		Auth:    func(h http.Header, secret string) { h.Set("x-modal-token-secret", secret) },
+		Failure: failure,
+	}}, nil
 }
 
 // Describe implements providers.Describer.
@@ -159,19 +160,13 @@ func (*Modal) Describe() providers.Description {
 }
 
 // CheckCredentials requires tokenId and tokenSecret and nothing else.
-func (m *Modal) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredTokenID && k != CredTokenSecret {
-			return fmt.Errorf("%q is not a modal credential: want %q and %q", k, CredTokenID, CredTokenSecret)
-		}
-	}
-	for _, k := range []string{CredTokenID, CredTokenSecret} {
-		if strings.TrimSpace(c[k]) == "" {
-			return fmt.Errorf("%s is missing: want a Modal token (modal token new)", k)
-		}
-	}
-	return nil
-}
+func (m *Modal) CheckCredentials(c map[string]string) error { return credentials.Check(c) }
+
+// credentials are the credentials a connection gives.
+var credentials = hosted.Credentials{Provider: ID, List: []hosted.Credential{
+	{Name: CredTokenID, Want: "a Modal token (modal token new)"},
+	{Name: CredTokenSecret, Want: "a Modal token (modal token new)"},
+}}
 
 type tag struct {
 	TagName  string `json:"tagName"`
@@ -235,7 +230,7 @@ func (m *Modal) app(ctx context.Context, c map[string]string) (string, error) {
 		AppID string `json:"appId"`
 	}
 	req := map[string]any{"appName": m.o.App, "environmentName": m.o.Environment, "objectCreationType": "OBJECT_CREATION_TYPE_CREATE_IF_MISSING"}
-	if err := m.call(ctx, c, "AppGetOrCreate", req, &res); err != nil {
+	if _, err := m.call(ctx, c, "AppGetOrCreate", req, &res); err != nil {
 		return "", fmt.Errorf("app %s: %w", m.o.App, err)
 	}
 	m.mu.Lock()
@@ -255,14 +250,11 @@ func (m *Modal) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
-	env := providers.HostedEnv(spec.Env) // the egress proxy does not apply
-	env[computerd.EnvTokenHash] = spec.TokenHash
-	env[computerd.EnvComputerID] = spec.ComputerID
 	var sec struct {
 		SecretID string `json:"secretId"`
 	}
-	if err := m.call(ctx, c, "SecretGetOrCreate", map[string]any{
-		"objectCreationType": "OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP", "envDict": env, "appId": appID,
+	if _, err := m.call(ctx, c, "SecretGetOrCreate", map[string]any{
+		"objectCreationType": "OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP", "envDict": hosted.Env(spec), "appId": appID,
 	}, &sec); err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: its secret: %w", spec.ComputerID, err)
 	}
@@ -270,34 +262,29 @@ func (m *Modal) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if spec.Image == providers.ImageDesktop {
 		image = m.o.DesktopImage
 	}
-	lease := spec.Lease
-	if lease <= 0 {
-		lease = 15 * time.Minute
-	}
 	var created struct {
 		SandboxID string `json:"sandboxId"`
 	}
-	err = m.call(ctx, c, "SandboxCreate", map[string]any{
+	code, err := m.call(ctx, c, "SandboxCreate", map[string]any{
 		"appId": appID,
 		"definition": map[string]any{
 			"imageId":     image,
-			"timeoutSecs": int((lease + Grace) / time.Second),
+			"timeoutSecs": int(hosted.Timeout(spec, Grace) / time.Second),
 			"secretIds":   []string{sec.SecretID},
 			"openPorts":   map[string]any{"ports": []map[string]any{{"port": computerd.Port}}},
 		},
 		"tags": tagsOf(spec.Labels()),
 	}, &created)
 	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && (ae.code == "not_found" || ae.code == "invalid_argument") {
-			return providers.Machine{}, fmt.Errorf("create computer %s: image %q: %w: %s", spec.ComputerID, image, providers.ErrBadImage, ae.msg)
+		if code == http.StatusNotFound || code == http.StatusBadRequest { // not_found, invalid_argument
+			return providers.Machine{}, fmt.Errorf("create computer %s: image %q: %w: %v", spec.ComputerID, image, providers.ErrBadImage, err)
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
 	var tun struct {
 		Tunnels []tunnel `json:"tunnels"`
 	}
-	if err := m.call(ctx, c, "SandboxGetTunnels", map[string]any{"sandboxId": created.SandboxID, "timeout": 55}, &tun); err != nil {
+	if _, err := m.call(ctx, c, "SandboxGetTunnels", map[string]any{"sandboxId": created.SandboxID, "timeout": 55}, &tun); err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: tunnels of %s: %w", spec.ComputerID, created.SandboxID, err)
 	}
 	ep := m.endpoint(tun.Tunnels)
@@ -314,11 +301,7 @@ func (m *Modal) Destroy(ctx context.Context, machineID string) error {
 	if c[CredTokenID] == "" || c[CredTokenSecret] == "" {
 		return fmt.Errorf("destroy %s: %w: no Modal token in the call's context", machineID, providers.ErrBadCredentials)
 	}
-	err := m.call(ctx, c, "SandboxTerminate", map[string]any{"sandboxId": machineID}, nil)
-	if errors.Is(err, providers.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
+	if code, err := m.call(ctx, c, "SandboxTerminate", map[string]any{"sandboxId": machineID}, nil); err != nil && code != http.StatusNotFound {
 		return fmt.Errorf("destroy %s: %w", machineID, err)
 	}
 	m.log.Info("sandbox terminated", "sandbox", machineID)
@@ -339,7 +322,7 @@ func (m *Modal) List(ctx context.Context) ([]providers.Machine, error) {
 	var res struct {
 		Sandboxes []sandboxInfo `json:"sandboxes"`
 	}
-	if err := m.call(ctx, c, "SandboxList", map[string]any{
+	if _, err := m.call(ctx, c, "SandboxList", map[string]any{
 		"appId": appID, "environmentName": m.o.Environment, "includeFinished": false,
 		"tags": []tag{{providers.LabelManaged, "true"}},
 	}, &res); err != nil {
@@ -365,80 +348,48 @@ func (m *Modal) Transport(machine providers.Machine, credentials map[string]stri
 	return m.o.Transport
 }
 
-type apiError struct {
-	status int
-	code   string
-	msg    string
-	kind   error
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%v: Modal answered %s: %s", e.kind, e.code, e.msg)
-}
-func (e *apiError) Unwrap() error { return e.kind }
-
 // call invokes a method of the service with the Connect protocol's JSON
-// mapping.
-func (m *Modal) call(ctx context.Context, c map[string]string, method string, in, out any) error {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.o.ServerURL+"/"+Service+"/"+method, bytes.NewReader(raw))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Connect-Protocol-Version", "1")
-	req.Header.Set("x-modal-token-id", c[CredTokenID])
-	req.Header.Set("x-modal-token-secret", c[CredTokenSecret])
-	resp, err := m.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("%w: %s: %v", providers.ErrUnavailable, method, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
-		if out == nil {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-			return nil
-		}
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
-			return fmt.Errorf("%w: decode the answer of %s: %v", providers.ErrUnavailable, method, err)
-		}
-		return nil
-	}
+// mapping and the connection's token.
+func (m *Modal) call(ctx context.Context, c map[string]string, method string, in, out any) (int, error) {
+	h := http.Header{}
+	h.Set("Connect-Protocol-Version", "1")
+	h.Set("x-modal-token-id", c[CredTokenID])
+	return m.api.Do(ctx, c[CredTokenSecret], httpapi.Call{Method: http.MethodPost, Path: method, Header: h, Body: in}, out)
+}
+
+// codes are the Connect error codes whose meaning the HTTP status alone
+// does not give (see httpapi.Status).
+var codes = map[string]error{
+	"unauthenticated":     providers.ErrBadCredentials,
+	"permission_denied":   providers.ErrBadCredentials,
+	"resource_exhausted":  providers.ErrCapacity,
+	"not_found":           providers.ErrNotFound,
+	"invalid_argument":    providers.ErrRefused,
+	"failed_precondition": providers.ErrRefused,
+	"already_exists":      providers.ErrRefused,
+}
+
+// failure reads a Connect error, {"code", "message"}: the code says what
+// it means where the status does not.
+func failure(status int, raw []byte) (string, error) {
 	var e struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(body, &e) != nil || e.Code == "" {
-		e.Code, e.Message = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_")), strings.TrimSpace(string(body))
-		if len(e.Message) > 200 {
-			e.Message = e.Message[:200]
-		}
+	if json.Unmarshal(raw, &e) != nil || e.Code == "" {
+		e.Message = strings.TrimSpace(string(raw))
 	}
-	ae := &apiError{status: resp.StatusCode, code: e.Code, msg: e.Message}
-	switch e.Code {
-	case "unauthenticated", "permission_denied":
-		ae.kind = providers.ErrBadCredentials
-	case "resource_exhausted":
-		ae.kind = providers.ErrCapacity
-	case "not_found":
-		ae.kind = providers.ErrNotFound
-	case "invalid_argument", "failed_precondition", "already_exists":
-		ae.kind = errors.New("request refused")
-	default:
-		ae.kind = providers.ErrUnavailable
+	if len(e.Message) > 200 {
+		e.Message = e.Message[:200]
 	}
-	return fmt.Errorf("%s: %w", method, ae)
+	msg := e.Message
+	if e.Code != "" {
+		msg = e.Code + ": " + msg
+	}
+	if kind, ok := codes[e.Code]; ok && kind != httpapi.Status(status) {
+		return msg, kind
+	}
+	return msg, nil
 }
 
 var (

@@ -110,6 +110,7 @@ func TestCreateRequest(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	f, p, creds := newFake(t, nil)
+	f.EchoHeaders(true) // the key must stay out of errors even so
 	s := spec(creds)
 	if _, err := p.Create(t.Context(), s); err != nil { // caches the app
 		t.Fatal(err)
