@@ -53,8 +53,10 @@ app: ## build the companion app, bin/berth-companion (cgo: gcc and the GL/X11 he
 
 FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4
 app-package: ## package the companion for Linux with fyne package: bin/berth-companion-linux.tar.xz
-	cd cmd/berth-companion && $(GO) run $(FYNE_CLI) package --os linux --release
-	mkdir -p bin && mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
+	@mkdir -p bin && cp app/FyneApp.toml bin/.FyneApp.toml.keep
+	cd cmd/berth-companion && $(GO) run $(FYNE_CLI) package --os linux --release; rc=$$?; \
+	  cd ../.. && mv bin/.FyneApp.toml.keep app/FyneApp.toml && [ $$rc -eq 0 ]
+	mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
 
 lint: ## vet and check formatting
 	$(GO) vet ./...
