@@ -28,7 +28,15 @@ import (
 // through TURN (the selected candidate is a relay one), a colour drawn with
 // xsetroot shows, and the owner's link from the control API's session
 // opens the same screen in a second tab.
-func TestLiveViewLent(t *testing.T) {
+func TestLiveViewLent(t *testing.T) { lentLiveView(t, ":0") }
+
+// TestLiveViewLentForwarded is TestLiveViewLent with the supervisor's TURN
+// relay on loopback, which the lent computer cannot reach, as it cannot
+// reach a relay on another machine: the agent forwards a port on its
+// docker0 address to the relay and gives the computer that one.
+func TestLiveViewLentForwarded(t *testing.T) { lentLiveView(t, "127.0.0.1:0") }
+
+func lentLiveView(t *testing.T, turnListen string) {
 	requireDocker(t, desktopImage)
 	requireChromium(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -49,7 +57,7 @@ func TestLiveViewLent(t *testing.T) {
 	}
 	d, err := daemon.New(ctx, daemon.Options{
 		Egress:    daemon.EgressOptions{Listen: ":0"},
-		LiveView:  daemon.LiveViewOptions{Listen: ":0", DesktopUsers: 2, IdleStopMS: idleStopMS, Secret: "e2e-turn-secret-0123456789"},
+		LiveView:  daemon.LiveViewOptions{Listen: turnListen, DesktopUsers: 2, IdleStopMS: idleStopMS, Secret: "e2e-turn-secret-0123456789"},
 		Providers: []string{"local"}, DefaultProvider: "local", DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
 		Getenv: func(string) string { return "" }, Logger: log.With("side", "supervisor"),
 		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
@@ -86,12 +94,18 @@ func TestLiveViewLent(t *testing.T) {
 			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
 		})
 	}()
-	defer func() {
+	agentStopped := false
+	stopAgentOnce := func() {
+		if agentStopped {
+			return
+		}
+		agentStopped = true
 		stopAgent()
 		if err := <-agentDone; err != nil {
 			t.Errorf("agent: %v", err)
 		}
-	}()
+	}
+	defer stopAgentOnce()
 	select {
 	case <-ready:
 	case err := <-agentDone:
@@ -114,16 +128,26 @@ func TestLiveViewLent(t *testing.T) {
 	// The computer has the supervisor's TURN relay, and the agent opened
 	// its port to computers in the host firewall (the supervisor, with no
 	// docker provider, did not).
-	port, err := strconv.Atoi(strings.TrimSpace(s.exec("lvl", "echo $TURN_PORT").Stdout))
+	hostPort := strings.Fields(s.exec("lvl", "echo $TURN_PUBLIC_HOST $TURN_PORT").Stdout)
+	if len(hostPort) != 2 {
+		t.Fatalf("TURN_PUBLIC_HOST and TURN_PORT in the lent computer: %q", hostPort)
+	}
+	port, err := strconv.Atoi(hostPort[1])
 	if err != nil || port == 0 {
 		t.Fatalf("TURN_PORT in the lent computer: %v", err)
 	}
+	forwarded := hostPort[0] != d.TURN.RelayIP().String()
+	if want := strings.HasPrefix(turnListen, "127."); forwarded != want {
+		t.Fatalf("the lent computer's relay is %v, the supervisor's on %v: forwarded %v, want %v", hostPort, d.TURN.RelayIP(), forwarded, want)
+	}
 	t.Cleanup(func() { docker.UnguardTURN(context.Background(), port) })
+	opened := func(proto string) error {
+		return exec.Command("iptables", "-w", "5", "-C", "INPUT", "-i", docker.BridgePrefix+"+", "-p", proto, "--dport", strconv.Itoa(port),
+			"-m", "comment", "--comment", "berth: live-view TURN relay", "-j", "ACCEPT").Run()
+	}
 	for _, proto := range []string{"udp", "tcp"} {
-		rule := []string{"-w", "5", "-C", "INPUT", "-i", docker.BridgePrefix + "+", "-p", proto, "--dport", strconv.Itoa(port),
-			"-m", "comment", "--comment", "berth: live-view TURN relay", "-j", "ACCEPT"}
-		if out, err := exec.Command("iptables", rule...).CombinedOutput(); err != nil {
-			t.Errorf("no %s opening for TURN port %d: %v %s", proto, port, err, out)
+		if err := opened(proto); err != nil {
+			t.Errorf("no %s opening for TURN port %d: %v", proto, port, err)
 		}
 	}
 
@@ -185,5 +209,16 @@ func TestLiveViewLent(t *testing.T) {
 	s.must("POST", "/v1/agents/lvl/computer/view", nil, 409, &e)
 	if e.Error.Code != liveview.CodeDesktopBusy {
 		t.Errorf("a third viewer: %+v, want %s", e, liveview.CodeDesktopBusy)
+	}
+
+	// The agent closes its forwarder's port when it stops.
+	if forwarded {
+		s.must("POST", "/v1/agents/lvl/computer/stop", nil, 200, nil)
+		stopAgentOnce()
+		for _, proto := range []string{"udp", "tcp"} {
+			if opened(proto) == nil {
+				t.Errorf("the forwarder's %s opening on port %d is still there after the agent stopped", proto, port)
+			}
+		}
 	}
 }

@@ -100,7 +100,8 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	l, err := New(Config{
 		AgentID: o.AgentID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
-		Version: o.Version, RelayURL: o.RelayURL, Egress: eg, OpenTURN: docker.OpenTURN,
+		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
+		OpenTURN: docker.OpenTURN, ForwardTURN: true, CloseTURN: docker.UnguardTURN,
 		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.AgentID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base

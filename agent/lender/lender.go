@@ -85,6 +85,13 @@ type Config struct {
 	// supervisor gives a desktop computer) to computers in the host
 	// firewall before a desktop computer starts (docker.OpenTURN).
 	OpenTURN func(ctx context.Context, port int) error
+	// ForwardTURN forwards a port on TURNForwardHost (default: the docker0
+	// address) to the supervisor's TURN relay for desktop computers when
+	// the relay is not on this machine; CloseTURN closes that port in the
+	// host firewall when the lender closes (docker.UnguardTURN).
+	ForwardTURN     bool
+	TURNForwardHost string
+	CloseTURN       func(ctx context.Context, port int) error
 }
 
 // Lender runs computers on this machine for a supervisor.
@@ -109,6 +116,8 @@ type Lender struct {
 	prompts   []*control.CleanupPrompt
 	relay     control.RelayStatus
 	pool      pool
+
+	turn turnState // the TURN forwarder for lent desktops
 }
 
 // computer is a running computer.
@@ -196,6 +205,7 @@ func (l *Lender) Close() error {
 	l.mu.Unlock()
 	l.wg.Wait() // pool creates in flight remove what they made
 	l.drainPool("the agent is shutting down")
+	l.closeTURNForward()
 	l.mu.Lock()
 	ds := append(l.retired, l.docker)
 	l.docker, l.retired = nil, nil
@@ -354,7 +364,7 @@ func (l *Lender) start(ctx context.Context, r CreateRequest, day string, now tim
 		Deployment: l.deployment, AgentID: r.Agent, Image: r.Image, TokenHash: r.TokenHash,
 		Env: l.computerEnv(r.ComputerID, r.Env, l.Settings().Egress), Lease: lease,
 	}
-	l.openTURN(ctx, r)
+	spec.Env = l.liveViewEnv(ctx, r, spec.Env)
 	m, err := d.Create(ctx, spec)
 	if err != nil {
 		if ferr := l.cfg.Ledger.Forget(context.WithoutCancel(ctx), r.ComputerID); ferr != nil {

@@ -2,6 +2,7 @@ package lender
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -18,24 +19,44 @@ import (
 // of the control API carries an owner link, which the agent derives from
 // the computer's token as it passes through (control.OwnerViewKey).
 
-// envTURNPort is the variable the supervisor names its TURN relay's port in.
-const envTURNPort = "TURN_PORT"
+// Variables the supervisor names its TURN relay in.
+const (
+	envTURNHost = "TURN_PUBLIC_HOST"
+	envTURNPort = "TURN_PORT"
+)
 
-// openTURN opens the TURN port a desktop computer is given to computers in
+// liveViewEnv readies a desktop computer's way to the supervisor's TURN
+// relay and returns its environment. A relay on this machine is reached
+// straight; one elsewhere (or on loopback) through the agent's forwarder
+// on the docker0 address, whose address replaces the supervisor's in env
+// (with Config.ForwardTURN). The port computers use is opened to them in
 // the host firewall. A failure leaves the computer without live view, not
 // without a start.
-func (l *Lender) openTURN(ctx context.Context, r CreateRequest) {
-	if l.cfg.OpenTURN == nil || r.Image != providers.ImageDesktop || r.Env[envTURNPort] == "" {
-		return
+func (l *Lender) liveViewEnv(ctx context.Context, r CreateRequest, env map[string]string) map[string]string {
+	if r.Image != providers.ImageDesktop || env[envTURNPort] == "" {
+		return env
 	}
-	port, err := strconv.Atoi(r.Env[envTURNPort])
-	if err != nil || port < 1 || port > 65535 {
-		l.log.Warn("desktop computer with a bad TURN_PORT; no live view", "computer", r.ComputerID, "port", r.Env[envTURNPort])
-		return
+	host := env[envTURNHost]
+	port, err := strconv.Atoi(env[envTURNPort])
+	if err != nil || port < 1 || port > 65535 || host == "" {
+		l.log.Warn("desktop computer with a bad TURN_PUBLIC_HOST or TURN_PORT; no live view", "computer", r.ComputerID, "host", host, "port", env[envTURNPort])
+		return env
 	}
-	if err := l.cfg.OpenTURN(ctx, port); err != nil {
-		l.log.Warn("could not open the TURN port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", port, "err", err)
+	if l.cfg.ForwardTURN && !reachableFromComputers(host) {
+		f, err := l.forwardTURN(net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			l.log.Warn("could not forward TURN for a desktop computer; no live view", "computer", r.ComputerID, "err", err)
+			return env
+		}
+		env[envTURNHost], env[envTURNPort] = f.host, strconv.Itoa(f.port)
+		port = f.port
 	}
+	if l.cfg.OpenTURN != nil {
+		if err := l.cfg.OpenTURN(ctx, port); err != nil {
+			l.log.Warn("could not open the TURN port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", port, "err", err)
+		}
+	}
+	return env
 }
 
 // viewURL is the owner link of a desktop session at the paired
