@@ -169,6 +169,8 @@ func xvfb(t *testing.T) string {
 	}
 	cmd := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", "1024x768x24", "-nolisten", "tcp")
 	cmd.ExtraFiles = []*os.File{w}
+	// Ends with the test binary even when it dies before its cleanups.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,7 @@ func startApp(t *testing.T, argv []string, env []string) *app {
 	a.cmd.Env = env
 	// Its own process group, so that the cleanup ends the app and the bus
 	// that dbus-run-session started for it, and only those.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	a.cmd.WaitDelay = 5 * time.Second
 	a.cmd.Stdout = a.stderr
 	a.cmd.Stderr = a.stderr
