@@ -3,6 +3,7 @@ package companion
 import (
 	"context"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -78,5 +79,48 @@ func eventually(t *testing.T, ctx context.Context, what string, ok func() bool) 
 			t.Fatalf("never saw %s", what)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// TestServiceNeedsBerth: without the berth command the service settings
+// say what to install, and nothing is changed.
+func TestServiceNeedsBerth(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	s := newServiceCtl(t.TempDir(), nil)
+	if s.berth != "" {
+		t.Skipf("a berth binary sits beside the test binary: %s", s.berth)
+	}
+	for name, call := range map[string]func() error{
+		"Installed": func() error { _, err := s.Installed(t.Context()); return err },
+		"Install":   func() error { return s.Install(t.Context()) },
+		"Remove":    func() error { return s.Remove(t.Context()) },
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "the berth command is neither beside this app nor on PATH") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestServiceConfig: the service runs berth agent run on the app's data
+// folder, as the user (a user service) unless root.
+func TestServiceConfig(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "berth"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	s := newServiceCtl("/data/agent", nil)
+	if s.berth != filepath.Join(bin, "berth") || s.cfg.Executable != s.berth {
+		t.Errorf("berth = %q, executable %q", s.berth, s.cfg.Executable)
+	}
+	if got := strings.Join(s.cfg.Args, " "); got != "agent run --data /data/agent" {
+		t.Errorf("args = %q", got)
+	}
+	if s.cfg.User != (os.Geteuid() != 0) {
+		t.Errorf("user service = %v as uid %d", s.cfg.User, os.Geteuid())
 	}
 }
