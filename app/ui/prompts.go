@@ -131,6 +131,11 @@ func (p *promptsView) apply(s snapshot, now time.Time) {
 	}
 
 	if agentlink.NearlySpent(s.usage) {
+		if key := "budget:" + s.usage.Today.Day; !p.u.notified[key] {
+			p.u.notified[key] = true
+			p.u.app.SendNotification(fyne.NewNotification("Berth: lending budget nearly spent",
+				fmt.Sprintf("%s of today's %s are used.", duration(s.usage.Today.Seconds), duration(s.usage.DailySeconds))))
+		}
 		p.budget.SetText(fmt.Sprintf("Today's lending budget is nearly spent: %s of %s used. New sessions are refused once it is.",
 			duration(s.usage.Today.Seconds), duration(s.usage.DailySeconds)))
 	} else {

@@ -384,6 +384,11 @@ func TestPromptsBudgetAndNotice(t *testing.T) {
 	if !strings.Contains(h.ui.prompter.budget.Text, "nearly spent: 3h 45m of 4h 00m") {
 		t.Errorf("budget warning = %q", h.ui.prompter.budget.Text)
 	}
+	test.AssertNotificationSent(t, &fyne.Notification{Title: "Berth: lending budget nearly spent",
+		Content: "3h 45m of today's 4h 00m are used."}, func() {
+		h.ui.notified = map[string]bool{}
+		h.refresh()
+	})
 	test.Tap(h.ui.prompter.leftovers["l1"].remove)
 	h.settle()
 	test.Tap(h.ui.prompter.leftovers["l3"].keep)
@@ -527,3 +532,16 @@ type fakeAutostart struct{ on bool }
 
 func (f *fakeAutostart) Enabled() bool            { return f.on }
 func (f *fakeAutostart) SetEnabled(on bool) error { f.on = on; return nil }
+
+func TestApprovalNotification(t *testing.T) {
+	m := baseAgent(t)
+	h := newHarness(t, m, Options{})
+	m.mu.Lock()
+	m.approvals = []control.Approval{{ID: "ap2", Agent: "tester", Workspace: "qa", Image: "headless",
+		Deadline: now.Add(time.Minute), State: control.ApprovalPending}}
+	m.mu.Unlock()
+	test.AssertNotificationSent(t, &fyne.Notification{Title: "Berth: approve a session?",
+		Content: "Agent tester of workspace qa asks for a headless computer on this machine."}, h.refresh)
+	// Once per request.
+	test.AssertNotificationSent(t, nil, h.refresh)
+}
