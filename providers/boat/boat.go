@@ -6,6 +6,7 @@
 package boat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,14 +92,11 @@ var typeRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // New checks o and returns a provider.
 func New(o Options) (*Boat, error) {
-	if o.APIURL == "" {
-		o.APIURL = DefaultAPIURL
+	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(o.APIURL)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("%s=%q: want https://HOST/PATH, such as %s", SettingAPIURL, o.APIURL, DefaultAPIURL)
-	}
-	o.APIURL = strings.TrimRight(o.APIURL, "/")
+	o.APIURL = api
 	if o.SandboxType == "" {
 		o.SandboxType = DefaultSandboxType
 	}
@@ -119,7 +117,7 @@ func New(o Options) (*Boat, error) {
 	}
 	hc := o.Client
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+		hc = httpapi.NewHTTPClient()
 	}
 	b := &Boat{o: o, log: o.Logger.With("component", "boat"), api: &httpapi.Client{
 		BaseURL: o.APIURL, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey, Failure: failure,
@@ -130,15 +128,7 @@ func New(o Options) (*Boat, error) {
 
 // CheckCredentials requires an apiKey and nothing else.
 func (b *Boat) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredAPIKey {
-			return fmt.Errorf("%q is not a boat credential: want %q", k, CredAPIKey)
-		}
-	}
-	if k := c[CredAPIKey]; strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
-		return fmt.Errorf("%s is missing or has white space: want the key from the Boat dashboard", CredAPIKey)
-	}
-	return nil
+	return httpapi.CheckKey(ID, c, CredAPIKey, "the key from the Boat dashboard")
 }
 
 // sandbox is the part of a Boat sandbox Berth reads.

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/berthdev/berth/providers"
@@ -75,20 +74,17 @@ type Browserbase struct {
 
 // New checks o and returns a provider.
 func New(o Options) (*Browserbase, error) {
-	if o.APIURL == "" {
-		o.APIURL = DefaultAPIURL
-	}
-	if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("%s=%q: want https://HOST, such as %s", SettingAPIURL, o.APIURL, DefaultAPIURL)
+	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	if err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	hc := o.Client
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+		hc = httpapi.NewHTTPClient()
 	}
-	api := strings.TrimRight(o.APIURL, "/")
 	return &Browserbase{api: api, log: o.Logger.With("component", "browserbase"), client: &httpapi.Client{
 		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
 		Auth: func(h http.Header, key string) { h.Set("X-BB-API-Key", key) },
@@ -105,15 +101,7 @@ func New(o Options) (*Browserbase, error) {
 
 // CheckCredentials requires an apiKey and takes an optional projectId.
 func (b *Browserbase) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredAPIKey && k != CredProjectID {
-			return fmt.Errorf("%q is not a browserbase credential: want %q and optional %q", k, CredAPIKey, CredProjectID)
-		}
-	}
-	if k := c[CredAPIKey]; strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
-		return fmt.Errorf("%s is missing or has white space: want the key from Browserbase's settings", CredAPIKey)
-	}
-	return nil
+	return httpapi.CheckKey(ID, c, CredAPIKey, "the key from Browserbase's settings", CredProjectID)
 }
 
 // session is the part of a Browserbase session Berth reads.

@@ -8,6 +8,7 @@
 package browseruse
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/berthdev/berth/providers"
@@ -74,20 +73,17 @@ type BrowserUse struct {
 
 // New checks o and returns a provider.
 func New(o Options) (*BrowserUse, error) {
-	if o.APIURL == "" {
-		o.APIURL = DefaultAPIURL
-	}
-	if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("%s=%q: want https://HOST/PATH, such as %s", SettingAPIURL, o.APIURL, DefaultAPIURL)
+	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	if err != nil {
+		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	hc := o.Client
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+		hc = httpapi.NewHTTPClient()
 	}
-	api := strings.TrimRight(o.APIURL, "/")
 	return &BrowserUse{api: api, log: o.Logger.With("component", "browseruse"), client: &httpapi.Client{
 		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
 		Auth: func(h http.Header, key string) { h.Set("X-Browser-Use-API-Key", key) },
@@ -105,15 +101,7 @@ func New(o Options) (*BrowserUse, error) {
 
 // CheckCredentials requires an apiKey and nothing else.
 func (b *BrowserUse) CheckCredentials(c map[string]string) error {
-	for k := range c {
-		if k != CredAPIKey {
-			return fmt.Errorf("%q is not a browseruse credential: want %q", k, CredAPIKey)
-		}
-	}
-	if k := c[CredAPIKey]; strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
-		return fmt.Errorf("%s is missing or has white space: want a Browser Use key (bu_...)", CredAPIKey)
-	}
-	return nil
+	return httpapi.CheckKey(ID, c, CredAPIKey, "a Browser Use key (bu_...)")
 }
 
 // browser is the part of a Browser Use browser session Berth reads.

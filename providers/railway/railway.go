@@ -7,6 +7,7 @@ package railway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -95,12 +95,11 @@ type Railway struct {
 
 // New checks o and returns a provider.
 func New(o Options) (*Railway, error) {
-	if o.APIURL == "" {
-		o.APIURL = DefaultAPIURL
+	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	if err != nil {
+		return nil, err
 	}
-	if u, err := url.Parse(o.APIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
-		return nil, fmt.Errorf("%s=%q: want https://HOST/graphql/v2, such as %s", SettingAPIURL, o.APIURL, DefaultAPIURL)
-	}
+	o.APIURL = api
 	if o.HeadlessImage == "" {
 		o.HeadlessImage = DefaultHeadlessImage
 	}
@@ -118,7 +117,7 @@ func New(o Options) (*Railway, error) {
 	}
 	r := &Railway{o: o, hc: o.Client, log: o.Logger.With("component", "railway")}
 	if r.hc == nil {
-		r.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+		r.hc = httpapi.NewHTTPClient()
 	}
 	return r, nil
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -170,4 +171,45 @@ func Redact(s string, secrets ...string) string {
 		}
 	}
 	return s
+}
+
+// BaseURL checks that raw, the value of setting, is an http(s) URL with a
+// host and no user info, and returns it without a trailing slash. The
+// error names the setting and example, a URL of the right form.
+func BaseURL(setting, raw, example string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+		shown := raw
+		if err == nil && u.User != nil {
+			shown = u.Redacted() // a password in the URL is not repeated
+		}
+		return "", fmt.Errorf("%s=%q: want an https URL with no user info, such as %s", setting, shown, example)
+	}
+	return strings.TrimRight(raw, "/"), nil
+}
+
+// NewHTTPClient returns a client for one provider's API calls, keeping a
+// few connections to it open between calls.
+func NewHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}}
+}
+
+// CheckKey checks a connection's credentials for provider where they are
+// one API key, name, and the optional others: a foreign credential, or a
+// key that is missing or has white space, is an error naming it; want
+// says where the key comes from.
+func CheckKey(provider string, c map[string]string, name, want string, optional ...string) error {
+	for k := range c {
+		if k != name && !slices.Contains(optional, k) {
+			msg := fmt.Sprintf("%q is not a %s credential: want %q", k, provider, name)
+			for _, o := range optional {
+				msg += fmt.Sprintf(" and optional %q", o)
+			}
+			return errors.New(msg)
+		}
+	}
+	if k := c[name]; strings.TrimSpace(k) == "" || strings.ContainsAny(k, " \t\r\n") {
+		return fmt.Errorf("%s is missing or has white space: want %s", name, want)
+	}
+	return nil
 }

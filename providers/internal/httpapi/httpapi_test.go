@@ -109,3 +109,32 @@ func TestUnreachable(t *testing.T) {
 		t.Errorf("closed server: %d %v; want an outage naming neither the URL nor its query", code, err)
 	}
 }
+
+// TestSettingsAndKeys refuses an API URL and credentials by name.
+func TestSettingsAndKeys(t *testing.T) {
+	for raw, ok := range map[string]bool{"https://api.example/v1/": true, "http://127.0.0.1:8080": true,
+		"ftp://api.example": false, "https://": false, "https://user:pw@api.example": false, "::": false} {
+		got, err := BaseURL("X_API_URL", raw, "https://api.example")
+		if ok && (err != nil || strings.HasSuffix(got, "/")) {
+			t.Errorf("BaseURL(%q) = %q, %v", raw, got, err)
+		}
+		if !ok && (err == nil || !strings.Contains(err.Error(), "X_API_URL") || strings.Contains(err.Error(), ":pw@")) {
+			t.Errorf("BaseURL(%q) = %q, %v; want an error naming the setting, without the password", raw, got, err)
+		}
+	}
+	for _, c := range []struct {
+		creds map[string]string
+		want  string // in the error; "" for none
+	}{
+		{map[string]string{"apiKey": "k1"}, ""},
+		{map[string]string{"apiKey": "k1", "projectId": "p"}, ""},
+		{map[string]string{}, "apiKey is missing"},
+		{map[string]string{"apiKey": "k 1"}, "white space"},
+		{map[string]string{"apiKey": "k1", "token": "x"}, `"token" is not a prov credential`},
+	} {
+		err := CheckKey("prov", c.creds, "apiKey", "a key", "projectId")
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("CheckKey(%v) = %v, want %q", c.creds, err, c.want)
+		}
+	}
+}

@@ -22,8 +22,8 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 // Operator is the stack's operator key.

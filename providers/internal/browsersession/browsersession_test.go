@@ -1,0 +1,60 @@
+package browsersession
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/providers"
+)
+
+// TestTransport answers health from the provider's status and refuses
+// everything else with CodeNotAvailable, never echoing the machine's
+// headers (the CDP URL's signing key).
+func TestTransport(t *testing.T) {
+	m := providers.Machine{ID: "s1", Endpoint: "https://api.example/v1/sessions/s1", Header: Header("wss://connect.example?signingKey=sk_secret", "https://live.example/s1")}
+	if cdp, live := URLs(m); cdp != "wss://connect.example?signingKey=sk_secret" || live != "https://live.example/s1" {
+		t.Fatalf("URLs = %q, %q", cdp, live)
+	}
+	var down error
+	rt := Transport("testprov", func(context.Context) error { return down })
+	do := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, m.Endpoint+path, strings.NewReader(`{"command":"true"}`))
+		for k, v := range m.Header {
+			req.Header[k] = v
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if strings.Contains(string(raw), "sk_secret") || resp.Header.Get(HeaderCDPURL) != "" {
+			t.Errorf("%s %s: the answer carries the CDP URL: %s", method, path, raw)
+		}
+		return resp.StatusCode, string(raw)
+	}
+	if code, raw := do("GET", "/healthz"); code != 200 {
+		t.Errorf("health: %d %s", code, raw)
+	} else {
+		var h computerd.Health
+		if json.Unmarshal([]byte(raw), &h); h.Status != "ok" || h.Version != "testprov" {
+			t.Errorf("health: %s", raw)
+		}
+	}
+	down = errors.New("session is COMPLETED")
+	if code, raw := do("GET", "/healthz"); code != 503 || !strings.Contains(raw, "session is COMPLETED") {
+		t.Errorf("health of an ended session: %d %s, want 503 with the status", code, raw)
+	}
+	for _, path := range []string{"/v1/exec", "/v1/files/read", "/v1/screenshot"} {
+		if code, raw := do("POST", path); code != 422 || !strings.Contains(raw, CodeNotAvailable) || !strings.Contains(raw, "not available on a browser session") {
+			t.Errorf("%s: %d %s, want 422 %s", path, code, raw, CodeNotAvailable)
+		}
+	}
+}
