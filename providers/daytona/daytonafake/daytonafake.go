@@ -25,17 +25,12 @@
 package daytonafake
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthdev/berth/images/computerd"
@@ -46,10 +41,7 @@ import (
 const ProxyDomain = "proxy.daytona.test"
 
 // T is what the fake needs from a test.
-type T interface {
-	Cleanup(func())
-	TempDir() string
-}
+type T = fakeapi.T
 
 // Sandbox is a sandbox the fake holds.
 type Sandbox struct {
@@ -73,18 +65,18 @@ type Fake struct {
 	Organization string // required in X-Daytona-Organization-ID when set
 	Snapshots    map[string]bool
 
-	proxy *httptest.Server
-	tr    *http.Transport
-	dir   string
-
-	mu        sync.Mutex
-	sandboxes map[string]*Sandbox
-	pageSize  int
+	edge      *fakeapi.Edge
+	dir       string
+	sandboxes *fakeapi.Fleet[Sandbox]
+	pageSize  atomic.Int32
 }
 
 // New starts a fake Daytona that accepts key and knows snapshots.
 func New(t T, key string, snapshots ...string) *Fake {
-	f := &Fake{Key: key, Snapshots: map[string]bool{}, dir: t.TempDir(), sandboxes: map[string]*Sandbox{}, pageSize: 100, tr: &http.Transport{}}
+	f := &Fake{Key: key, Snapshots: map[string]bool{}, dir: t.TempDir(), sandboxes: fakeapi.NewFleet(t,
+		func(s *Sandbox) *fakeapi.Computer { return s.computer },
+		func(s *Sandbox) map[string]string { return s.Labels })}
+	f.pageSize.Store(100)
 	for _, s := range snapshots {
 		f.Snapshots[s] = true
 	}
@@ -101,64 +93,24 @@ func New(t T, key string, snapshots ...string) *Fake {
 			}
 			return f.Organization == "" || r.Header.Get("X-Daytona-Organization-ID") == f.Organization
 		},
-		Kind: func(r *http.Request) fakeapi.Kind {
-			switch {
-			case r.Method == http.MethodPost && r.URL.Path == "/sandbox":
-				return fakeapi.Create
-			case r.Method == http.MethodDelete:
-				return fakeapi.Delete
-			}
-			return fakeapi.Other
-		},
+		Kind:       fakeapi.CreateAt("/sandbox"),
 		WriteError: func(w http.ResponseWriter, status int, msg string) { writeError(w, nil, status, msg) },
 	})
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.serveProxy))
-	t.Cleanup(func() {
-		f.proxy.Close()
-		f.tr.CloseIdleConnections()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, s := range f.sandboxes {
-			s.computer.Close()
-		}
-		f.sandboxes = map[string]*Sandbox{}
-	})
+	f.edge = fakeapi.NewEdge(t, ProxyDomain, f.route)
 	return f
 }
 
 // Transport sends requests for preview URLs to the fake's proxy.
-func (f *Fake) Transport() *http.Transport {
-	return fakeapi.HostTransport("."+ProxyDomain, f.proxy.Listener.Addr().String())
-}
+func (f *Fake) Transport() *http.Transport { return f.edge.Transport() }
 
 // SetPageSize sets how many sandboxes a list page holds.
-func (f *Fake) SetPageSize(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.pageSize = n
-}
+func (f *Fake) SetPageSize(n int) { f.pageSize.Store(int32(n)) }
 
 // Sandboxes returns the sandboxes the fake holds.
-func (f *Fake) Sandboxes() []Sandbox {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]Sandbox, 0, len(f.sandboxes))
-	for _, s := range f.sandboxes {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+func (f *Fake) Sandboxes() []Sandbox { return f.sandboxes.All() }
 
 // Exists reports whether a sandbox is labelled label=value.
-func (f *Fake) Exists(label, value string) bool {
-	for _, s := range f.Sandboxes() {
-		if s.Labels[label] == value {
-			return true
-		}
-	}
-	return false
-}
+func (f *Fake) Exists(label, value string) bool { return f.sandboxes.Exists(label, value) }
 
 func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	path := ""
@@ -171,13 +123,7 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 	})
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func (f *Fake) dto(s *Sandbox) map[string]any {
+func (f *Fake) dto(s Sandbox) map[string]any {
 	return map[string]any{
 		"id": s.ID, "organizationId": "org", "name": s.Name, "snapshot": s.Snapshot, "user": "daytona",
 		"env": s.Env, "labels": s.Labels, "public": s.Public, "networkBlockAll": false, "target": "us",
@@ -213,59 +159,53 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "autoStopInterval must not be negative")
 		return
 	}
-	f.mu.Lock()
-	for _, s := range f.sandboxes {
+	for _, s := range f.sandboxes.All() {
 		if req.Name != "" && s.Name == req.Name {
-			f.mu.Unlock()
 			writeError(w, r, http.StatusConflict, fmt.Sprintf("Sandbox with name %s already exists", req.Name))
 			return
 		}
 	}
-	f.mu.Unlock()
 	c, err := fakeapi.StartComputer(f.dir, req.Env[computerd.EnvTokenHash], req.Env)
 	if err != nil {
 		writeError(w, r, http.StatusInternalServerError, "An unexpected error occurred.")
 		return
 	}
 	s := &Sandbox{
-		ID: randomHex(16), Name: req.Name, Snapshot: req.Snapshot, State: "creating", Env: req.Env,
+		ID: fakeapi.RandomHex(16), Name: req.Name, Snapshot: req.Snapshot, State: "creating", Env: req.Env,
 		Labels: req.Labels, Public: req.Public, AutoStopInterval: stop, AutoDelete: req.AutoDeleteInterval,
-		Token: randomHex(12), computer: c,
+		Token: fakeapi.RandomHex(12), computer: c,
 	}
 	if s.Name == "" {
 		s.Name = s.ID
 	}
-	f.mu.Lock()
-	f.sandboxes[s.ID] = s
-	dto := f.dto(s)
-	f.mu.Unlock()
+	dto := f.dto(*s)
+	f.sandboxes.Add(s.ID, s)
 	fakeapi.WriteJSON(w, http.StatusOK, dto)
 }
 
 // get answers a sandbox and moves it one step on: creating, starting,
 // started; a destroying one is gone.
 func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	if s == nil {
-		f.mu.Unlock()
+	var dto map[string]any
+	f.sandboxes.Do(r.PathValue("id"), func(s *Sandbox) bool {
+		if s == nil {
+			return false
+		}
+		switch s.State {
+		case "creating":
+			s.State = "starting"
+		case "starting":
+			s.State = "started"
+		case "destroying":
+			return true
+		}
+		dto = f.dto(*s)
+		return false
+	})
+	if dto == nil {
 		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
 		return
 	}
-	switch s.State {
-	case "creating":
-		s.State = "starting"
-	case "starting":
-		s.State = "started"
-	case "destroying":
-		delete(f.sandboxes, s.ID)
-		s.computer.Close()
-		f.mu.Unlock()
-		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", s.ID))
-		return
-	}
-	dto := f.dto(s)
-	f.mu.Unlock()
 	fakeapi.WriteJSON(w, http.StatusOK, dto)
 }
 
@@ -277,19 +217,6 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var ids []string
-	for id, s := range f.sandboxes {
-		ok := true
-		for k, v := range want {
-			ok = ok && s.Labels[k] == v
-		}
-		if ok {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
 	start := 0
 	if c := r.URL.Query().Get("cursor"); c != "" {
 		n, err := strconv.Atoi(c)
@@ -299,28 +226,31 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 		}
 		start = n
 	}
+	sbs, size := f.sandboxes.Matching(want), int(f.pageSize.Load())
 	items := []map[string]any{}
-	for i := start; i < len(ids) && len(items) < f.pageSize; i++ {
-		items = append(items, f.dto(f.sandboxes[ids[i]]))
+	for i := start; i < len(sbs) && len(items) < size; i++ {
+		items = append(items, f.dto(sbs[i]))
 	}
 	var next any
-	if start+f.pageSize < len(ids) {
-		next = strconv.Itoa(start + f.pageSize)
+	if start+size < len(sbs) {
+		next = strconv.Itoa(start + size)
 	}
 	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"items": items, "nextCursor": next})
 }
 
 func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	if s == nil {
-		f.mu.Unlock()
+	var dto map[string]any
+	f.sandboxes.Do(r.PathValue("id"), func(s *Sandbox) bool {
+		if s != nil {
+			s.State = "destroying"
+			dto = f.dto(*s)
+		}
+		return false
+	})
+	if dto == nil {
 		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
 		return
 	}
-	s.State = "destroying"
-	dto := f.dto(s)
-	f.mu.Unlock()
 	fakeapi.WriteJSON(w, http.StatusOK, dto)
 }
 
@@ -330,10 +260,8 @@ func (f *Fake) preview(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "invalid port")
 		return
 	}
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	f.mu.Unlock()
-	if s == nil {
+	s, ok := f.sandboxes.Get(r.PathValue("id"))
+	if !ok {
 		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
 		return
 	}
@@ -342,31 +270,23 @@ func (f *Fake) preview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (f *Fake) serveProxy(w http.ResponseWriter, r *http.Request) {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(host, "."+ProxyDomain)
-	port, id, ok2 := strings.Cut(label, "-")
-	if !ok || !ok2 {
+// route serves the preview URL http://<port>-<sandboxId>.<proxy domain>:
+// port 7070 of a started sandbox, with its preview token unless it is
+// public.
+func (f *Fake) route(w http.ResponseWriter, r *http.Request, label string) string {
+	port, id, ok := strings.Cut(label, "-")
+	s, known := f.sandboxes.Get(id)
+	switch {
+	case !ok:
 		http.Error(w, "unknown host", http.StatusBadGateway)
-		return
-	}
-	f.mu.Lock()
-	s := f.sandboxes[id]
-	f.mu.Unlock()
-	if s == nil || s.State != "started" {
+	case !known || s.State != "started":
 		http.Error(w, "sandbox not found or not started", http.StatusNotFound)
-		return
-	}
-	if !s.Public && r.Header.Get("x-daytona-preview-token") != s.Token {
+	case !s.Public && r.Header.Get("x-daytona-preview-token") != s.Token:
 		http.Error(w, "unauthorized: missing or wrong preview token", http.StatusUnauthorized)
-		return
-	}
-	if port != strconv.Itoa(computerd.Port) {
+	case port != strconv.Itoa(computerd.Port):
 		http.Error(w, "port not open", http.StatusBadGateway)
-		return
+	default:
+		return s.computer.URL
 	}
-	fakeapi.ReverseTo(s.computer.URL, f.tr).ServeHTTP(w, r)
+	return ""
 }

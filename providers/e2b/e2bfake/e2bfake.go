@@ -28,18 +28,14 @@
 package e2bfake
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthdev/berth/images/computerd"
@@ -50,10 +46,7 @@ import (
 const Domain = "e2b.test"
 
 // T is what the fake needs from a test.
-type T interface {
-	Cleanup(func())
-	TempDir() string
-}
+type T = fakeapi.T
 
 // Sandbox is a sandbox the fake holds.
 type Sandbox struct {
@@ -77,19 +70,19 @@ type Fake struct {
 	// Templates are the template ids it knows.
 	Templates map[string]bool
 
-	proxy *httptest.Server
-	tr    *http.Transport // to the computers
-	dir   string
-
-	mu        sync.Mutex
-	sandboxes map[string]*Sandbox
-	pageSize  int
+	edge      *fakeapi.Edge
+	dir       string
+	sandboxes *fakeapi.Fleet[Sandbox]
+	pageSize  atomic.Int32
 }
 
 // New starts a fake E2B that accepts key and knows templates; both
 // servers and every sandbox go when the test ends.
 func New(t T, key string, templates ...string) *Fake {
-	f := &Fake{Key: key, Templates: map[string]bool{}, dir: t.TempDir(), sandboxes: map[string]*Sandbox{}, pageSize: 100, tr: &http.Transport{}}
+	f := &Fake{Key: key, Templates: map[string]bool{}, dir: t.TempDir(), sandboxes: fakeapi.NewFleet(t,
+		func(s *Sandbox) *fakeapi.Computer { return s.computer },
+		func(s *Sandbox) map[string]string { return s.Metadata })}
+	f.pageSize.Store(100)
 	for _, tpl := range templates {
 		f.Templates[tpl] = true
 	}
@@ -101,74 +94,28 @@ func New(t T, key string, templates ...string) *Fake {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", f.connect)
 	f.Server = fakeapi.New(t, mux, fakeapi.Options{
 		Authorized: func(r *http.Request) bool { return r.Header.Get("X-API-Key") == f.Key },
-		Kind: func(r *http.Request) fakeapi.Kind {
-			switch {
-			case r.Method == http.MethodPost && r.URL.Path == "/sandboxes":
-				return fakeapi.Create
-			case r.Method == http.MethodDelete:
-				return fakeapi.Delete
-			}
-			return fakeapi.Other
-		},
+		Kind:       fakeapi.CreateAt("/sandboxes"),
 		WriteError: writeError,
 	})
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.serveTraffic))
-	t.Cleanup(func() {
-		f.proxy.Close()
-		f.tr.CloseIdleConnections()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, s := range f.sandboxes {
-			s.computer.Close()
-		}
-		f.sandboxes = map[string]*Sandbox{}
-	})
+	f.edge = fakeapi.NewEdge(t, Domain, f.route)
 	return f
 }
 
 // Transport sends requests for the fake's sandbox domain to its traffic
 // listener and the rest normally; the provider under test uses it.
-func (f *Fake) Transport() *http.Transport {
-	return fakeapi.HostTransport("."+Domain, f.proxy.Listener.Addr().String())
-}
+func (f *Fake) Transport() *http.Transport { return f.edge.Transport() }
 
 // SetPageSize sets how many sandboxes a list page holds.
-func (f *Fake) SetPageSize(n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.pageSize = n
-}
+func (f *Fake) SetPageSize(n int) { f.pageSize.Store(int32(n)) }
 
 // Sandboxes returns the sandboxes the fake holds, by id.
-func (f *Fake) Sandboxes() []Sandbox {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]Sandbox, 0, len(f.sandboxes))
-	for _, s := range f.sandboxes {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+func (f *Fake) Sandboxes() []Sandbox { return f.sandboxes.All() }
 
 // Exists reports whether a sandbox has metadata label=value.
-func (f *Fake) Exists(label, value string) bool {
-	for _, s := range f.Sandboxes() {
-		if s.Metadata[label] == value {
-			return true
-		}
-	}
-	return false
-}
+func (f *Fake) Exists(label, value string) bool { return f.sandboxes.Exists(label, value) }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	fakeapi.WriteJSON(w, status, map[string]any{"code": status, "message": msg})
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
@@ -213,17 +160,16 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now().UTC()
 	s := &Sandbox{
-		ID: "i" + randomHex(10), TemplateID: req.TemplateID, Timeout: timeout,
+		ID: "i" + fakeapi.RandomHex(10), TemplateID: req.TemplateID, Timeout: timeout,
 		Metadata: req.Metadata, EnvVars: req.EnvVars, Public: public,
-		Token: randomHex(16), StartedAt: now, EndAt: now.Add(time.Duration(timeout) * time.Second), computer: c,
+		Token: fakeapi.RandomHex(16), StartedAt: now, EndAt: now.Add(time.Duration(timeout) * time.Second), computer: c,
 	}
-	f.mu.Lock()
-	f.sandboxes[s.ID] = s
-	f.mu.Unlock()
-	fakeapi.WriteJSON(w, http.StatusCreated, f.answer(s))
+	answer := f.answer(*s)
+	f.sandboxes.Add(s.ID, s)
+	fakeapi.WriteJSON(w, http.StatusCreated, answer)
 }
 
-func (f *Fake) answer(s *Sandbox) map[string]any {
+func (f *Fake) answer(s Sandbox) map[string]any {
 	a := map[string]any{
 		"templateID": s.TemplateID, "sandboxID": s.ID, "clientID": "6532622b", "envdVersion": "0.2.0",
 		"domain": Domain, "trafficAccessToken": nil,
@@ -234,7 +180,7 @@ func (f *Fake) answer(s *Sandbox) map[string]any {
 	return a
 }
 
-func (f *Fake) listed(s *Sandbox) map[string]any {
+func (f *Fake) listed(s Sandbox) map[string]any {
 	return map[string]any{
 		"templateID": s.TemplateID, "sandboxID": s.ID, "clientID": "6532622b", "envdVersion": "0.2.0",
 		"startedAt": s.StartedAt.Format(time.RFC3339), "endAt": s.EndAt.Format(time.RFC3339),
@@ -263,42 +209,28 @@ func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	f.mu.Lock()
-	limit := f.pageSize
+	limit := int(f.pageSize.Load())
 	if l, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && l > 0 && l < limit {
 		limit = l
 	}
-	ids := make([]string, 0, len(f.sandboxes))
-	for id, s := range f.sandboxes {
-		ok := true
-		for k, v := range want {
-			ok = ok && s.Metadata[k] == v
-		}
-		if ok {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
+	sbs := f.sandboxes.Matching(want)
 	start := 0
 	if next := r.URL.Query().Get("nextToken"); next != "" {
-		start = sort.SearchStrings(ids, next)
+		start = sort.Search(len(sbs), func(i int) bool { return sbs[i].ID >= next })
 	}
 	items := []map[string]any{}
-	for i := start; i < len(ids) && len(items) < limit; i++ {
-		items = append(items, f.listed(f.sandboxes[ids[i]]))
+	for i := start; i < len(sbs) && len(items) < limit; i++ {
+		items = append(items, f.listed(sbs[i]))
 	}
-	if start+limit < len(ids) {
-		w.Header().Set("X-Next-Token", ids[start+limit])
+	if start+limit < len(sbs) {
+		w.Header().Set("X-Next-Token", sbs[start+limit].ID)
 	}
-	f.mu.Unlock()
 	fakeapi.WriteJSON(w, http.StatusOK, items)
 }
 
 func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	f.mu.Unlock()
-	if s == nil {
+	s, ok := f.sandboxes.Get(r.PathValue("id"))
+	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", r.PathValue("id")))
 		return
 	}
@@ -306,15 +238,10 @@ func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Fake) kill(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	delete(f.sandboxes, r.PathValue("id"))
-	f.mu.Unlock()
-	if s == nil {
+	if _, ok := f.sandboxes.Remove(r.PathValue("id")); !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", r.PathValue("id")))
 		return
 	}
-	s.computer.Close()
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -326,47 +253,40 @@ func (f *Fake) connect(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout is required and at least 0")
 		return
 	}
-	f.mu.Lock()
-	s := f.sandboxes[r.PathValue("id")]
-	if s != nil {
-		if end := time.Now().Add(time.Duration(*req.Timeout) * time.Second); end.After(s.EndAt) {
-			s.EndAt = end
+	var s *Sandbox
+	f.sandboxes.Do(r.PathValue("id"), func(m *Sandbox) bool {
+		if m != nil {
+			if end := time.Now().Add(time.Duration(*req.Timeout) * time.Second); end.After(m.EndAt) {
+				m.EndAt = end
+			}
+			c := *m
+			s = &c
 		}
-	}
-	f.mu.Unlock()
+		return false
+	})
 	if s == nil {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", r.PathValue("id")))
 		return
 	}
-	fakeapi.WriteJSON(w, http.StatusOK, f.answer(s))
+	fakeapi.WriteJSON(w, http.StatusOK, f.answer(*s))
 }
 
-// serveTraffic serves https://<port>-<sandboxID>.<domain>.
-func (f *Fake) serveTraffic(w http.ResponseWriter, r *http.Request) {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(host, "."+Domain)
-	port, id, ok2 := strings.Cut(label, "-")
-	if !ok || !ok2 {
+// route serves https://<port>-<sandboxID>.<domain>: port 7070 of a known
+// sandbox, with its traffic token unless it is public.
+func (f *Fake) route(w http.ResponseWriter, r *http.Request, label string) string {
+	port, id, ok := strings.Cut(label, "-")
+	s, known := f.sandboxes.Get(id)
+	switch {
+	case !ok:
 		http.Error(w, "unknown host", http.StatusBadGateway)
-		return
-	}
-	f.mu.Lock()
-	s := f.sandboxes[id]
-	f.mu.Unlock()
-	if s == nil {
+	case !known:
 		http.Error(w, "The sandbox was not found", http.StatusBadGateway)
-		return
-	}
-	if !s.Public && r.Header.Get("e2b-traffic-access-token") != s.Token {
+	case !s.Public && r.Header.Get("e2b-traffic-access-token") != s.Token:
 		http.Error(w, "missing or wrong traffic access token", http.StatusForbidden)
-		return
-	}
-	if port != strconv.Itoa(computerd.Port) {
+	case port != strconv.Itoa(computerd.Port):
 		http.Error(w, "The sandbox is running but port is not open", http.StatusBadGateway)
-		return
+	default:
+		return s.computer.URL
 	}
-	fakeapi.ReverseTo(s.computer.URL, f.tr).ServeHTTP(w, r)
+	return ""
 }

@@ -25,13 +25,8 @@
 package modalfake
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"sort"
 	"strings"
 	"sync"
 
@@ -43,10 +38,7 @@ import (
 const TunnelDomain = "modal.test"
 
 // T is what the fake needs from a test.
-type T interface {
-	Cleanup(func())
-	TempDir() string
-}
+type T = fakeapi.T
 
 // Sandbox is a sandbox the fake holds.
 type Sandbox struct {
@@ -66,14 +58,13 @@ type Fake struct {
 	TokenID, TokenSecret string
 	Images               map[string]bool
 
-	proxy *httptest.Server
-	tr    *http.Transport
-	dir   string
+	edge      *fakeapi.Edge
+	dir       string
+	sandboxes *fakeapi.Fleet[Sandbox]
 
-	mu        sync.Mutex
-	apps      map[string]string // id by name
-	secrets   map[string]map[string]string
-	sandboxes map[string]*Sandbox
+	mu      sync.Mutex
+	apps    map[string]string // id by name
+	secrets map[string]map[string]string
 }
 
 var connectCodes = map[int]string{
@@ -93,7 +84,9 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // the image ids.
 func New(t T, tokenID, tokenSecret string, images ...string) *Fake {
 	f := &Fake{TokenID: tokenID, TokenSecret: tokenSecret, Images: map[string]bool{}, dir: t.TempDir(),
-		tr: &http.Transport{}, apps: map[string]string{}, secrets: map[string]map[string]string{}, sandboxes: map[string]*Sandbox{}}
+		apps: map[string]string{}, secrets: map[string]map[string]string{}, sandboxes: fakeapi.NewFleet(t,
+			func(s *Sandbox) *fakeapi.Computer { return s.computer },
+			func(s *Sandbox) map[string]string { return s.Tags })}
 	for _, im := range images {
 		f.Images[im] = true
 	}
@@ -122,52 +115,20 @@ func New(t T, tokenID, tokenSecret string, images ...string) *Fake {
 		},
 		WriteError: writeError,
 	})
-	f.proxy = httptest.NewServer(http.HandlerFunc(f.serveTunnel))
-	t.Cleanup(func() {
-		f.proxy.Close()
-		f.tr.CloseIdleConnections()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, s := range f.sandboxes {
-			s.computer.Close()
-		}
-		f.sandboxes = map[string]*Sandbox{}
-	})
+	f.edge = fakeapi.NewEdge(t, TunnelDomain, f.route)
 	return f
 }
 
 // Transport sends requests for tunnel hosts to the fake's tunnel listener.
-func (f *Fake) Transport() *http.Transport {
-	return fakeapi.HostTransport("."+TunnelDomain, f.proxy.Listener.Addr().String())
-}
+func (f *Fake) Transport() *http.Transport { return f.edge.Transport() }
 
 // Sandboxes returns the running sandboxes.
-func (f *Fake) Sandboxes() []Sandbox {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]Sandbox, 0, len(f.sandboxes))
-	for _, s := range f.sandboxes {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+func (f *Fake) Sandboxes() []Sandbox { return f.sandboxes.All() }
 
 // Exists reports whether a running sandbox is tagged label=value.
-func (f *Fake) Exists(label, value string) bool {
-	for _, s := range f.Sandboxes() {
-		if s.Tags[label] == value {
-			return true
-		}
-	}
-	return false
-}
+func (f *Fake) Exists(label, value string) bool { return f.sandboxes.Exists(label, value) }
 
-func randomID(prefix string) string {
-	b := make([]byte, 11)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
+func randomID(prefix string) string { return prefix + fakeapi.RandomHex(11) }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
@@ -298,13 +259,11 @@ func (f *Fake) sandboxCreate(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tags {
 		s.Tags[t.TagName] = t.TagValue
 	}
-	f.mu.Lock()
-	f.sandboxes[s.ID] = s
-	f.mu.Unlock()
+	f.sandboxes.Add(s.ID, s)
 	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"sandboxId": s.ID})
 }
 
-func (f *Fake) tunnels(s *Sandbox) []map[string]any {
+func (f *Fake) tunnels(s Sandbox) []map[string]any {
 	out := []map[string]any{}
 	for _, p := range s.Ports {
 		out = append(out, map[string]any{"host": strings.TrimPrefix(s.ID, "sb-") + "-" + itoa(p) + "." + TunnelDomain, "port": 443, "containerPort": p})
@@ -324,10 +283,8 @@ func (f *Fake) sandboxGetTunnels(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	s := f.sandboxes[req.SandboxID]
-	f.mu.Unlock()
-	if s == nil {
+	s, ok := f.sandboxes.Get(req.SandboxID)
+	if !ok {
 		writeError(w, http.StatusNotFound, "Sandbox "+req.SandboxID+" not found")
 		return
 	}
@@ -345,21 +302,13 @@ func (f *Fake) sandboxList(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := []map[string]any{}
-	ids := make([]string, 0, len(f.sandboxes))
-	for id := range f.sandboxes {
-		ids = append(ids, id)
+	want := map[string]string{}
+	for _, t := range req.Tags {
+		want[t.TagName] = t.TagValue
 	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		s := f.sandboxes[id]
-		ok := req.AppID == "" || s.AppID == req.AppID
-		for _, t := range req.Tags {
-			ok = ok && s.Tags[t.TagName] == t.TagValue
-		}
-		if !ok {
+	out := []map[string]any{}
+	for _, s := range f.sandboxes.Matching(want) {
+		if req.AppID != "" && s.AppID != req.AppID {
 			continue
 		}
 		tags := []map[string]string{}
@@ -379,35 +328,21 @@ func (f *Fake) sandboxTerminate(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	f.mu.Lock()
-	s := f.sandboxes[req.SandboxID]
-	delete(f.sandboxes, req.SandboxID)
-	f.mu.Unlock()
-	if s == nil {
+	if _, ok := f.sandboxes.Remove(req.SandboxID); !ok {
 		writeError(w, http.StatusNotFound, "Sandbox "+req.SandboxID+" not found")
 		return
 	}
-	s.computer.Close()
 	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{})
 }
 
-func (f *Fake) serveTunnel(w http.ResponseWriter, r *http.Request) {
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	label, ok := strings.CutSuffix(host, "."+TunnelDomain)
-	id, port, ok2 := strings.Cut(label, "-")
-	if !ok || !ok2 {
-		http.Error(w, "unknown tunnel", http.StatusBadGateway)
-		return
-	}
-	f.mu.Lock()
-	s := f.sandboxes["sb-"+id]
-	f.mu.Unlock()
-	if s == nil || port != itoa(computerd.Port) {
+// route serves a tunnel, https://<sandbox>-<port>.<domain>: port 7070 of
+// a running sandbox.
+func (f *Fake) route(w http.ResponseWriter, r *http.Request, label string) string {
+	id, port, ok := strings.Cut(label, "-")
+	s, known := f.sandboxes.Get("sb-" + id)
+	if !ok || !known || port != itoa(computerd.Port) {
 		http.Error(w, "no such tunnel", http.StatusNotFound)
-		return
+		return ""
 	}
-	fakeapi.ReverseTo(s.computer.URL, f.tr).ServeHTTP(w, r)
+	return s.computer.URL
 }
