@@ -362,19 +362,11 @@ func (d *Daytona) call(ctx context.Context, c map[string]string, method, path st
 // "message"}: a 403 about a quota is no room, not a refused key; for the
 // rest the status says.
 func failure(status int, raw []byte) (string, error) {
-	var e struct {
-		Message string `json:"message"`
+	msg := hosted.Message(raw)
+	if status == http.StatusForbidden && strings.Contains(strings.ToLower(msg), "quota") {
+		return msg, providers.ErrCapacity
 	}
-	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
-		e.Message = strings.TrimSpace(string(raw))
-	}
-	if len(e.Message) > 200 {
-		e.Message = e.Message[:200]
-	}
-	if status == http.StatusForbidden && strings.Contains(strings.ToLower(e.Message), "quota") {
-		return e.Message, providers.ErrCapacity
-	}
-	return e.Message, nil
+	return msg, nil
 }
 
 var (

@@ -16,13 +16,11 @@ package e2b
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -375,18 +373,7 @@ func (p *Provider) call(ctx context.Context, key, method, path string, body, out
 
 // failure reads E2B's error answer, {"code", "message"}; the status says
 // what it means.
-func failure(status int, raw []byte) (string, error) {
-	var e struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
-		e.Message = strings.TrimSpace(string(raw))
-	}
-	if len(e.Message) > 200 {
-		e.Message = e.Message[:200]
-	}
-	return e.Message, nil
-}
+func failure(_ int, raw []byte) (string, error) { return hosted.Message(raw), nil }
 
 var (
 	_ providers.Provider          = (*Provider)(nil)

@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -377,14 +376,11 @@ func failure(status int, raw []byte) (string, error) {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(raw, &e) != nil || e.Code == "" {
-		e.Message = strings.TrimSpace(string(raw))
+		return hosted.Message(raw), nil
 	}
-	if len(e.Message) > 200 {
-		e.Message = e.Message[:200]
-	}
-	msg := e.Message
-	if e.Code != "" {
-		msg = e.Code + ": " + msg
+	msg := e.Code
+	if e.Message != "" {
+		msg += ": " + hosted.Message(raw)
 	}
 	if kind, ok := codes[e.Code]; ok && kind != httpapi.Status(status) {
 		return msg, kind

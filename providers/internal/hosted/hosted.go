@@ -5,6 +5,7 @@
 package hosted
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -49,6 +50,24 @@ func Timeout(spec providers.Spec, grace time.Duration) time.Duration {
 		lease = DefaultLease
 	}
 	return lease + grace
+}
+
+// maxMessage bounds the provider's message Message returns.
+const maxMessage = 200
+
+// Message returns the message of an API's error answer raw: its JSON
+// "message" field, or else its text, at most 200 bytes.
+func Message(raw []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Message == "" {
+		e.Message = strings.TrimSpace(string(raw))
+	}
+	if len(e.Message) > maxMessage {
+		e.Message = e.Message[:maxMessage]
+	}
+	return e.Message
 }
 
 // Credential is one credential a provider takes.

@@ -71,3 +71,16 @@ func TestCredentials(t *testing.T) {
 		t.Errorf("missing secret: %v", err)
 	}
 }
+
+func TestMessage(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"code":404,"message":"template 'x' not found"}`: "template 'x' not found",
+		`{"code":"unavailable"}`:                          `{"code":"unavailable"}`,
+		"  upstream connect error \n":                     "upstream connect error",
+		strings.Repeat("x", 300):                          strings.Repeat("x", 200),
+	} {
+		if got := Message([]byte(raw)); got != want {
+			t.Errorf("Message(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
