@@ -131,25 +131,11 @@ func TestReconcile(t *testing.T) {
 // TestErrors maps Browserbase's answers.
 func TestErrors(t *testing.T) {
 	f := newFakeBrowserbase(t)
-	p, _ := New(Options{APIURL: f.srv.URL})
-	spec := providers.Spec{ComputerID: "c", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: "bb_wrong_key_123"}}
-	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "bb_wrong_key_123") {
-		t.Errorf("bad key: %v", err)
+	p, err := New(Options{APIURL: f.srv.URL})
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.mu.Lock()
-	f.rateLimit = 1
-	f.mu.Unlock()
-	spec.Credentials[CredAPIKey] = f.Key
-	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrCapacity) {
-		t.Errorf("429: %v", err)
-	}
-	ctx := providers.WithCredentials(t.Context(), spec.Credentials)
-	if err := p.Destroy(ctx, "gone"); err != nil {
-		t.Errorf("release of an unknown session: %v", err)
-	}
-	if err := p.CheckCredentials(map[string]string{CredAPIKey: "k", "token": "x"}); err == nil {
-		t.Errorf("CheckCredentials took a foreign key")
-	}
+	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.mu.Lock(); f.rateLimit = 1; f.mu.Unlock() })
 }
 
 // TestLiveViewFailure fails the live-view call of a create whose session
@@ -173,28 +159,14 @@ func TestLiveViewFailure(t *testing.T) {
 	}
 }
 
-// TestConformance runs the suite's scenarios that need no shell: a
-// failing release retried until done, and refused credentials.
+// TestConformance runs the suite's scenarios that need no shell.
 func TestConformance(t *testing.T) {
-	h := providertest.Harness{
-		ID: ID,
-		New: func(pt providertest.T, log *slog.Logger) providertest.Target {
-			f := newFakeBrowserbase(pt.(*testing.T))
-			p, err := New(Options{APIURL: f.srv.URL, Logger: log})
-			if err != nil {
-				pt.Fatalf("%v", err)
-			}
-			return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
-		},
-	}
-	ran := 0
-	for _, sc := range providertest.Scenarios() {
-		if sc.Name == "FailingDelete" || sc.Name == "BadCredentials" {
-			ran++
-			t.Run(sc.Name, func(t *testing.T) { sc.Run(t, h) })
+	browsertest.Conformance(t, ID, func(t *testing.T, log *slog.Logger) providertest.Target {
+		f := newFakeBrowserbase(t)
+		p, err := New(Options{APIURL: f.srv.URL, Logger: log})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if ran != 2 {
-		t.Errorf("ran %d of the suite's 2 scenarios without a shell: were they renamed?", ran)
-	}
+		return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
+	})
 }
