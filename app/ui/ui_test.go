@@ -409,6 +409,16 @@ func TestAgentUnreachable(t *testing.T) {
 	if got := h.ui.prompter.notices["agent"]; !strings.Contains(got, "connect: no such file or directory") {
 		t.Errorf("notice = %q", got)
 	}
+
+	// With the app's own agent waiting for a pairing, the notice says so.
+	h.ui.opts.AgentProblem = func() string {
+		return "this machine is not paired yet: pair it with a supervisor in Settings"
+	}
+	h.refresh()
+	if got, want := h.ui.prompter.notices["agent"], "The agent is not running: this machine is not paired yet: pair it with a supervisor in Settings"; got != want {
+		t.Errorf("notice = %q, want %q", got, want)
+	}
+	h.markup("agent_down.xml")
 }
 
 type downAgent struct{ *memAgent }
