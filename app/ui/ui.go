@@ -341,9 +341,11 @@ func (u *UI) apply(s snapshot) {
 			}
 		}
 		u.prompter.notice("agent", why)
+		u.lend.Disable()
 		u.setTray(agentlink.StateOffline, s)
 		return
 	}
+	u.lend.Enable()
 	if s.err != nil {
 		u.prompter.notice("agent", "Some of the agent's figures are missing: "+errText(s.err))
 	} else {
