@@ -1,11 +1,9 @@
 package daytona_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -55,9 +53,7 @@ func TestConformance(t *testing.T) {
 			return providertest.Target{
 				Provider: p, Credentials: creds, Faults: f.Server,
 				Secrets: []string{creds[daytona.CredAPIKey]},
-				Exists: func(ctx context.Context, label, value string) (bool, error) {
-					return f.Exists(label, value), nil
-				},
+				Exists:  providertest.ExistsFunc(f.Exists),
 			}
 		},
 	})
@@ -131,21 +127,7 @@ func TestErrors(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	f.EchoHeaders(true) // the key must stay out of errors even so
 	s := spec(creds)
-	for _, c := range []struct {
-		status int
-		want   error
-	}{
-		{http.StatusTooManyRequests, providers.ErrCapacity},
-		{http.StatusInternalServerError, providers.ErrUnavailable},
-		{http.StatusServiceUnavailable, providers.ErrUnavailable},
-		{http.StatusUnauthorized, providers.ErrBadCredentials},
-	} {
-		f.FailNext(c.status)
-		_, err := p.Create(t.Context(), s)
-		if !errors.Is(err, c.want) || strings.Contains(err.Error(), creds[daytona.CredAPIKey]) {
-			t.Errorf("create answered %d: %v, want %v without the key", c.status, err, c.want)
-		}
-	}
+	providertest.CheckStatuses(t, f, func() error { _, err := p.Create(t.Context(), s); return err }, creds[daytona.CredAPIKey])
 	s.Credentials = map[string]string{daytona.CredAPIKey: creds[daytona.CredAPIKey], daytona.CredOrganization: "other"}
 	if _, err := p.Create(t.Context(), s); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("wrong organization: %v", err)

@@ -1,12 +1,10 @@
 package e2b_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -57,9 +55,7 @@ func TestConformance(t *testing.T) {
 				Provider:    p,
 				Credentials: map[string]string{e2b.CredAPIKey: key},
 				Faults:      f.Server,
-				Exists: func(ctx context.Context, label, value string) (bool, error) {
-					return f.Exists(label, value), nil
-				},
+				Exists:      providertest.ExistsFunc(f.Exists),
 			}
 		},
 	})
@@ -146,19 +142,7 @@ func TestErrors(t *testing.T) {
 	f, p, key := newFake(t, nil)
 	f.EchoHeaders(true) // the key must stay out of errors even so
 	spec := testSpec(key)
-	for _, c := range []struct {
-		status int
-		want   error
-	}{
-		{http.StatusTooManyRequests, providers.ErrCapacity},
-		{http.StatusInternalServerError, providers.ErrUnavailable},
-		{http.StatusBadGateway, providers.ErrUnavailable},
-	} {
-		f.FailNext(c.status)
-		if _, err := p.Create(t.Context(), spec); !errors.Is(err, c.want) || strings.Contains(err.Error(), key) {
-			t.Errorf("create answered %d: %v, want %v without the key", c.status, err, c.want)
-		}
-	}
+	providertest.CheckStatuses(t, f, func() error { _, err := p.Create(t.Context(), spec); return err }, key)
 	f.RefuseCredentials(true)
 	_, err := p.Create(t.Context(), spec)
 	if !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), key) {

@@ -1,11 +1,9 @@
 package modal_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +48,7 @@ func TestConformance(t *testing.T) {
 			f, p, creds := newFake(t, log)
 			return providertest.Target{
 				Provider: p, Credentials: creds, Faults: f.Server,
-				Exists: func(ctx context.Context, label, value string) (bool, error) { return f.Exists(label, value), nil },
+				Exists: providertest.ExistsFunc(f.Exists),
 			}
 		},
 	})
@@ -115,21 +113,7 @@ func TestErrors(t *testing.T) {
 	if _, err := p.Create(t.Context(), s); err != nil { // caches the app
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		status int
-		want   error
-	}{
-		{http.StatusTooManyRequests, providers.ErrCapacity},
-		{http.StatusInternalServerError, providers.ErrUnavailable},
-		{http.StatusServiceUnavailable, providers.ErrUnavailable},
-		{http.StatusUnauthorized, providers.ErrBadCredentials},
-	} {
-		f.FailNext(c.status)
-		_, err := p.Create(t.Context(), s)
-		if !errors.Is(err, c.want) || strings.Contains(err.Error(), creds[modal.CredTokenSecret]) {
-			t.Errorf("answered %d: %v, want %v without the secret", c.status, err, c.want)
-		}
-	}
+	providertest.CheckStatuses(t, f, func() error { _, err := p.Create(t.Context(), s); return err }, creds[modal.CredTokenSecret])
 	bad, _ := modal.New(modal.Options{ServerURL: f.URL, HeadlessImage: "im-missing", Transport: f.Transport()})
 	s.Image = providers.ImageHeadless
 	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "im-missing") {

@@ -1,7 +1,6 @@
 package novita_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -44,9 +43,7 @@ func TestConformance(t *testing.T) {
 				Provider:    p,
 				Credentials: map[string]string{e2b.CredAPIKey: key},
 				Faults:      f.Server,
-				Exists: func(ctx context.Context, label, value string) (bool, error) {
-					return f.Exists(label, value), nil
-				},
+				Exists:      providertest.ExistsFunc(f.Exists),
 			}
 		},
 	})
