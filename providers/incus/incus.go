@@ -324,7 +324,7 @@ func (p *Incus) call(ctx context.Context, method, path string, body any) (respon
 		if code == 0 {
 			code = resp.StatusCode
 		}
-		return r, statusErr(code, fmt.Sprintf("%s %s: %d %s", method, stripQuery(path), code, r.Error))
+		return r, statusErr(code, fmt.Sprintf("%s %s: %d %s", method, stripQuery(path), code, httpapi.Redact(r.Error, p.o.Token)))
 	}
 	return r, nil
 }
