@@ -30,6 +30,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 	"github.com/berthdev/berth/supervisor/client"
 )
 
@@ -166,7 +167,10 @@ func (c *Cloud) client(base, key string) (*client.Client, error) {
 		client.WithUserAgent("berth-cloud-provider"))
 }
 
-// mapErr maps the remote supervisor's answers.
+// mapErr maps the remote supervisor's answers. A request it refused for
+// sure (400, 409 other than an existing agent or connection, 422: a
+// lender's limits, a bad argument) is refused here too, with its reason,
+// so that nothing is taken for a machine that may exist.
 func mapErr(err error) error {
 	var ae *client.APIError
 	if !errors.As(err, &ae) {
@@ -184,6 +188,13 @@ func mapErr(err error) error {
 		kind = providers.ErrCapacity
 	case ae.Status == http.StatusNotFound:
 		kind = providers.ErrNotFound
+	case ae.Status == http.StatusBadRequest, ae.Status == http.StatusConflict, ae.Status == http.StatusUnprocessableEntity:
+		code := ae.Code
+		if code == "" {
+			code = httpapi.CodeRefused
+		}
+		return &providers.RefusedError{Status: http.StatusUnprocessableEntity, Code: code,
+			Message: "the remote supervisor refused: " + ae.Message}
 	default:
 		kind = providers.ErrUnavailable
 	}
@@ -227,7 +238,7 @@ func (c *Cloud) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	s, err := cl.Start(sctx, agent)
 	if err != nil {
 		err = mapErr(err)
-		if errors.Is(err, providers.ErrCapacity) || errors.Is(err, providers.ErrBadCredentials) {
+		if errors.Is(err, providers.ErrCapacity) || errors.Is(err, providers.ErrBadCredentials) || errors.Is(err, providers.ErrRefused) {
 			// Nothing runs there: remove the connection again.
 			cl.Disconnect(context.WithoutCancel(ctx), agent)
 		}

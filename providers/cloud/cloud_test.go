@@ -227,6 +227,18 @@ func TestErrors(t *testing.T) {
 	if err := p.CheckCredentials(map[string]string{"url": "https://x", "apiKey": "k", "token": "t"}); err == nil {
 		t.Error("unknown credential accepted")
 	}
+	// A start the remote refuses for sure is refused here too, with its
+	// reason, and leaves no connection there.
+	r.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: &providers.RefusedError{Status: http.StatusUnprocessableEntity, Code: "over_limit", Message: "over the owner's limit"}})
+	spec = testSpec(r)
+	_, err := p.Create(t.Context(), spec)
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || re.Status != http.StatusUnprocessableEntity || !strings.Contains(re.Message, "over the owner's limit") {
+		t.Errorf("refused remote start: %#v, want a definite 422 with the remote's reason", err)
+	}
+	if cs, err := r.svc.Computers(t.Context()); err != nil || len(cs) != 0 {
+		t.Errorf("after a refused start the remote holds %+v (%v), want no connection", cs, err)
+	}
 	down := newRemote(t)
 	spec = testSpec(down)
 	down.Close()
