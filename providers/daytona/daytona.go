@@ -193,7 +193,7 @@ func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		snapshot = d.o.DesktopSnapshot
 	}
 	req := map[string]any{
-		"name":               "berth-" + spec.ComputerID,
+		"name":               sandboxName(spec),
 		"snapshot":           snapshot,
 		"env":                hosted.Env(spec),
 		"labels":             spec.Labels(),
@@ -223,6 +223,14 @@ func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 	}
 	d.log.Info("sandbox started", "computer", spec.ComputerID, "sandbox", sb.ID, "snapshot", snapshot)
 	return m, nil
+}
+
+// sandboxName is the name of the sandbox of spec, unique to the create
+// attempt: Daytona refuses a name in use (409), and the sandbox of an
+// earlier session of the same computer may still be there (a cleanup a
+// person confirmed, one that reconciliation has yet to remove).
+func sandboxName(spec providers.Spec) string {
+	return "berth-" + spec.ComputerID + "-" + spec.AttemptID
 }
 
 // awaitStarted polls the sandbox until it has started.

@@ -151,6 +151,25 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestLeftoverOfTheSameComputer starts a computer while the sandbox of
+// its earlier session is still there: the new sandbox has a name of its
+// own, so Daytona does not refuse it as a duplicate.
+func TestLeftoverOfTheSameComputer(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	first := spec(creds)
+	if _, err := p.Create(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	second := spec(creds)
+	second.SessionID, second.AttemptID = "s_c1b", "a_2"
+	if _, err := p.Create(t.Context(), second); err != nil {
+		t.Fatalf("second session of the same computer, the first's sandbox still there: %v", err)
+	}
+	if sbs := f.Sandboxes(); len(sbs) != 2 || sbs[0].Name == sbs[1].Name {
+		t.Errorf("sandboxes %+v: want two with names of their own", sbs)
+	}
+}
+
 func TestListPages(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	f.SetPageSize(2)
