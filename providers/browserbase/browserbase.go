@@ -66,37 +66,28 @@ type Options struct {
 }
 
 // Browserbase is the provider.
-type Browserbase struct {
-	api    string
-	client *httpapi.Client
-	log    *slog.Logger
+type Browserbase struct{ api *browsersession.API }
+
+// message reads Browserbase's error answer ({"message", "error"}).
+func message(raw []byte) string {
+	var e struct {
+		Message string `json:"message"`
+		Error   string `json:"error"`
+	}
+	json.Unmarshal(raw, &e)
+	return cmp.Or(e.Message, e.Error)
 }
 
 // New checks o and returns a provider.
 func New(o Options) (*Browserbase, error) {
-	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	api, err := browsersession.NewAPI(browsersession.APIOptions{
+		Provider: ID, Setting: SettingAPIURL, URL: o.APIURL, DefaultURL: DefaultAPIURL, Client: o.Client, Logger: o.Logger,
+		KeyName: CredAPIKey, KeyHeader: "X-BB-API-Key", Message: message,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	hc := o.Client
-	if hc == nil {
-		hc = httpapi.NewHTTPClient()
-	}
-	return &Browserbase{api: api, log: o.Logger.With("component", "browserbase"), client: &httpapi.Client{
-		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
-		Auth: func(h http.Header, key string) { h.Set("X-BB-API-Key", key) },
-		Failure: func(_ int, raw []byte) (string, error) {
-			var e struct {
-				Message string `json:"message"`
-				Error   string `json:"error"`
-			}
-			json.Unmarshal(raw, &e)
-			return cmp.Or(e.Message, e.Error), nil
-		},
-	}}, nil
+	return &Browserbase{api: api}, nil
 }
 
 // CheckCredentials requires an apiKey and takes an optional projectId.
@@ -119,12 +110,6 @@ type debug struct {
 	WSURL                 string `json:"wsUrl"`
 }
 
-// call sends one API call with key; out receives a 2xx answer.
-func (b *Browserbase) call(ctx context.Context, key, method, path string, body, out any) error {
-	_, err := b.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
-	return err
-}
-
 // Create starts a kept-alive browser session tagged with Berth's labels,
 // its timeout the lease, and reads its live view.
 func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
@@ -138,7 +123,7 @@ func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (provider
 		body["projectId"] = p
 	}
 	var s session
-	if err := b.call(ctx, key, "POST", "/v1/sessions", body, &s); err != nil {
+	if err := b.api.Call(ctx, key, "POST", "/v1/sessions", body, &s); err != nil {
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w", spec.ComputerID, err)
 	}
 	m, err := b.machine(ctx, key, s)
@@ -153,14 +138,14 @@ func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (provider
 		}
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w", spec.ComputerID, err)
 	}
-	b.log.Info("browser session created", "computer", spec.ComputerID, "session", s.ID)
+	b.api.Log.Info("browser session created", "computer", spec.ComputerID, "session", s.ID)
 	return m, nil
 }
 
 // machine reads a running session's live view and makes its machine.
 func (b *Browserbase) machine(ctx context.Context, key string, s session) (providers.Machine, error) {
 	var d debug
-	if err := b.call(ctx, key, "GET", "/v1/sessions/"+s.ID+"/debug", nil, &d); err != nil {
+	if err := b.api.Call(ctx, key, "GET", "/v1/sessions/"+s.ID+"/debug", nil, &d); err != nil {
 		return providers.Machine{}, fmt.Errorf("session %s: live view: %w", s.ID, err)
 	}
 	cdp := s.ConnectURL
@@ -168,7 +153,7 @@ func (b *Browserbase) machine(ctx context.Context, key string, s session) (provi
 		cdp = d.WSURL
 	}
 	h := browsersession.Header(cdp, cmp.Or(d.DebuggerFullscreenURL, d.DebuggerURL))
-	return providers.Machine{ID: s.ID, Endpoint: b.api + "/v1/sessions/" + s.ID, Header: h, Labels: s.UserMetadata}, nil
+	return providers.Machine{ID: s.ID, Endpoint: b.api.URL + "/v1/sessions/" + s.ID, Header: h, Labels: s.UserMetadata}, nil
 }
 
 // Destroy releases the session; one already ended counts as released.
@@ -178,15 +163,15 @@ func (b *Browserbase) Destroy(ctx context.Context, machineID string) error {
 	if p := c[CredProjectID]; p != "" {
 		body["projectId"] = p
 	}
-	err := b.call(ctx, c[CredAPIKey], "POST", "/v1/sessions/"+machineID, body, nil)
+	err := b.api.Call(ctx, c[CredAPIKey], "POST", "/v1/sessions/"+machineID, body, nil)
 	if err != nil && !errors.Is(err, providers.ErrNotFound) {
 		var s session
-		if gerr := b.call(ctx, c[CredAPIKey], "GET", "/v1/sessions/"+machineID, nil, &s); gerr == nil && s.Status != "RUNNING" {
+		if gerr := b.api.Call(ctx, c[CredAPIKey], "GET", "/v1/sessions/"+machineID, nil, &s); gerr == nil && s.Status != "RUNNING" {
 			return nil
 		}
 		return fmt.Errorf("release browser %s: %w", machineID, err)
 	}
-	b.log.Info("browser session released", "session", machineID)
+	b.api.Log.Info("browser session released", "session", machineID)
 	return nil
 }
 
@@ -196,7 +181,7 @@ func (b *Browserbase) List(ctx context.Context) ([]providers.Machine, error) {
 	key := providers.CredentialsFrom(ctx)[CredAPIKey]
 	q := url.Values{"status": {"RUNNING"}, "q": {fmt.Sprintf("user_metadata['%s']:'true'", providers.LabelManaged)}}
 	var ss []session
-	if err := b.call(ctx, key, "GET", "/v1/sessions?"+q.Encode(), nil, &ss); err != nil {
+	if err := b.api.Call(ctx, key, "GET", "/v1/sessions?"+q.Encode(), nil, &ss); err != nil {
 		return nil, fmt.Errorf("list browsers: %w", err)
 	}
 	var out []providers.Machine
@@ -226,7 +211,7 @@ func (b *Browserbase) BrowserURLs(m providers.Machine) (cdpURL, liveViewURL stri
 func (b *Browserbase) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
 	return browsersession.Transport(ID, func(ctx context.Context) error {
 		var s session
-		if err := b.call(ctx, credentials[CredAPIKey], "GET", "/v1/sessions/"+m.ID, nil, &s); err != nil {
+		if err := b.api.Call(ctx, credentials[CredAPIKey], "GET", "/v1/sessions/"+m.ID, nil, &s); err != nil {
 			return err
 		}
 		if s.Status != "RUNNING" {

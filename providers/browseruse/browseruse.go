@@ -8,7 +8,6 @@
 package browseruse
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +15,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"time"
 
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/browsersession"
@@ -48,8 +46,6 @@ const maxTimeoutMinutes = 240
 // to anything but health.
 const CodeNotAvailable = browsersession.CodeNotAvailable
 
-const callTimeout = 30 * time.Second
-
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
 		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), Logger: cfg.Logger})
@@ -65,38 +61,29 @@ type Options struct {
 }
 
 // BrowserUse is the provider.
-type BrowserUse struct {
-	api    string
-	client *httpapi.Client
-	log    *slog.Logger
+type BrowserUse struct{ api *browsersession.API }
+
+// detail reads Browser Use's error answer ({"detail": ...}).
+func detail(raw []byte) string {
+	var e struct {
+		Detail any `json:"detail"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Detail == nil {
+		return ""
+	}
+	return fmt.Sprint(e.Detail)
 }
 
 // New checks o and returns a provider.
 func New(o Options) (*BrowserUse, error) {
-	api, err := httpapi.BaseURL(SettingAPIURL, cmp.Or(o.APIURL, DefaultAPIURL), DefaultAPIURL)
+	api, err := browsersession.NewAPI(browsersession.APIOptions{
+		Provider: ID, Setting: SettingAPIURL, URL: o.APIURL, DefaultURL: DefaultAPIURL, Client: o.Client, Logger: o.Logger,
+		KeyName: CredAPIKey, KeyHeader: "X-Browser-Use-API-Key", Message: detail,
+	})
 	if err != nil {
 		return nil, err
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	hc := o.Client
-	if hc == nil {
-		hc = httpapi.NewHTTPClient()
-	}
-	return &BrowserUse{api: api, log: o.Logger.With("component", "browseruse"), client: &httpapi.Client{
-		BaseURL: api, HTTP: hc, Timeout: callTimeout, KeyName: CredAPIKey,
-		Auth: func(h http.Header, key string) { h.Set("X-Browser-Use-API-Key", key) },
-		Failure: func(_ int, raw []byte) (string, error) {
-			var e struct {
-				Detail any `json:"detail"`
-			}
-			if json.Unmarshal(raw, &e) != nil || e.Detail == nil {
-				return "", nil
-			}
-			return fmt.Sprint(e.Detail), nil
-		},
-	}}, nil
+	return &BrowserUse{api: api}, nil
 }
 
 // CheckCredentials requires an apiKey and nothing else.
@@ -112,39 +99,33 @@ type browser struct {
 	LiveURL string `json:"liveUrl"`
 }
 
-// call sends one API call with key; out receives a 2xx answer.
-func (b *BrowserUse) call(ctx context.Context, key, method, path string, body, out any) error {
-	_, err := b.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
-	return err
-}
-
 // Create starts a cloud browser whose own timeout is the lease.
 func (b *BrowserUse) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	minutes := min(max(int(math.Ceil(spec.Lease.Minutes())), 1), maxTimeoutMinutes)
 	var br browser
-	if err := b.call(ctx, spec.Credentials[CredAPIKey], "POST", "/browsers", map[string]any{"timeout": minutes}, &br); err != nil {
+	if err := b.api.Call(ctx, spec.Credentials[CredAPIKey], "POST", "/browsers", map[string]any{"timeout": minutes}, &br); err != nil {
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w", spec.ComputerID, err)
 	}
 	if br.ID == "" || br.CDPURL == "" {
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w: the answer has no id or cdpUrl", spec.ComputerID, providers.ErrUnavailable)
 	}
 	h := browsersession.Header(br.CDPURL, br.LiveURL)
-	b.log.Info("browser session created", "computer", spec.ComputerID, "browser", br.ID)
-	return providers.Machine{ID: br.ID, Endpoint: b.api + "/browsers/" + br.ID, Header: h, Labels: spec.Labels()}, nil
+	b.api.Log.Info("browser session created", "computer", spec.ComputerID, "browser", br.ID)
+	return providers.Machine{ID: br.ID, Endpoint: b.api.URL + "/browsers/" + br.ID, Header: h, Labels: spec.Labels()}, nil
 }
 
 // Destroy stops the browser; one already stopped or gone counts as done.
 func (b *BrowserUse) Destroy(ctx context.Context, machineID string) error {
 	key := providers.CredentialsFrom(ctx)[CredAPIKey]
-	err := b.call(ctx, key, "PATCH", "/browsers/"+machineID, map[string]any{"action": "stop"}, nil)
+	err := b.api.Call(ctx, key, "PATCH", "/browsers/"+machineID, map[string]any{"action": "stop"}, nil)
 	if err != nil && !errors.Is(err, providers.ErrNotFound) {
 		var br browser
-		if gerr := b.call(ctx, key, "GET", "/browsers/"+machineID, nil, &br); gerr == nil && br.Status == "stopped" {
+		if gerr := b.api.Call(ctx, key, "GET", "/browsers/"+machineID, nil, &br); gerr == nil && br.Status == "stopped" {
 			return nil
 		}
 		return fmt.Errorf("stop browser %s: %w", machineID, err)
 	}
-	b.log.Info("browser session stopped", "browser", machineID)
+	b.api.Log.Info("browser session stopped", "browser", machineID)
 	return nil
 }
 
@@ -160,7 +141,7 @@ func (b *BrowserUse) BrowserURLs(m providers.Machine) (cdpURL, liveViewURL strin
 func (b *BrowserUse) Transport(m providers.Machine, credentials map[string]string) http.RoundTripper {
 	return browsersession.Transport(ID, func(ctx context.Context) error {
 		var br browser
-		if err := b.call(ctx, credentials[CredAPIKey], "GET", "/browsers/"+m.ID, nil, &br); err != nil {
+		if err := b.api.Call(ctx, credentials[CredAPIKey], "GET", "/browsers/"+m.ID, nil, &br); err != nil {
 			return err
 		}
 		if br.Status != "active" {

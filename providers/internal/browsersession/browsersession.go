@@ -1,7 +1,8 @@
 // Package browsersession is what the hosted browser providers
-// (browserbase, browseruse) share: the machine headers that carry a
-// browser's CDP and live-view URLs, and the transport that answers the
-// supervisor's computerd calls for a session that has no computerd.
+// (browserbase, browseruse) share: their API client, the machine headers
+// that carry a browser's CDP and live-view URLs, and the transport that
+// answers the supervisor's computerd calls for a session that has no
+// computerd.
 package browsersession
 
 import (
@@ -9,12 +10,70 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/httpapi"
 )
+
+// APIOptions describe a browser provider's API.
+type APIOptions struct {
+	Provider string // the provider's id, on its log lines
+	// Setting names the API URL's setting; URL is its value (empty:
+	// DefaultURL).
+	Setting, URL, DefaultURL string
+	Client                   *http.Client // nil: a client of its own
+	Logger                   *slog.Logger // nil: none
+	// KeyName is the API key's credential, sent in the KeyHeader header.
+	KeyName, KeyHeader string
+	// Message reads the provider's own message from an error answer.
+	Message func(raw []byte) string
+}
+
+// API is a browser provider's API: its base URL, its calls, its log.
+type API struct {
+	URL    string
+	Log    *slog.Logger
+	client *httpapi.Client
+}
+
+// NewAPI checks o's URL and returns the API.
+func NewAPI(o APIOptions) (*API, error) {
+	if o.URL == "" {
+		o.URL = o.DefaultURL
+	}
+	base, err := httpapi.BaseURL(o.Setting, o.URL, o.DefaultURL)
+	if err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Client == nil {
+		o.Client = httpapi.NewHTTPClient()
+	}
+	return &API{URL: base, Log: o.Logger.With("component", o.Provider), client: &httpapi.Client{
+		BaseURL: base, HTTP: o.Client, Timeout: 30 * time.Second, KeyName: o.KeyName,
+		Auth: func(h http.Header, key string) { h.Set(o.KeyHeader, key) },
+		Failure: func(_ int, raw []byte) (string, error) {
+			if o.Message == nil {
+				return "", nil
+			}
+			return o.Message(raw), nil
+		},
+	}}, nil
+}
+
+// Call sends one API call with key; out receives a 2xx answer. Errors are
+// httpapi's: they name the call, never the key.
+func (a *API) Call(ctx context.Context, key, method, path string, body, out any) error {
+	_, err := a.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
+	return err
+}
 
 // Headers of the machine that carry the browser's URLs.
 const (
