@@ -15,6 +15,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/daytona"
 	"github.com/berthdev/berth/providers/daytona/daytonafake"
+	"github.com/berthdev/berth/providers/internal/hostedtest"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -203,7 +204,5 @@ func TestRegistered(t *testing.T) {
 	if err := cc.CheckCredentials(map[string]string{"apiKey": "k", "org": "o"}); err == nil || !strings.Contains(err.Error(), `"org"`) {
 		t.Errorf("unknown credential: %v", err)
 	}
-	if _, ok := providers.DescriptionOf(daytona.ID); !ok {
-		t.Error("no description")
-	}
+	hostedtest.RequireDescribed(t, daytona.ID, daytona.CredAPIKey, true)
 }

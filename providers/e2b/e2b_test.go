@@ -16,6 +16,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
 	"github.com/berthdev/berth/providers/e2b/e2bfake"
+	"github.com/berthdev/berth/providers/internal/hostedtest"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -219,10 +220,7 @@ func TestRegistered(t *testing.T) {
 	if _, ok := p.(providers.CredentialChecker); !ok {
 		t.Error("not a CredentialChecker")
 	}
-	d, ok := providers.DescriptionOf(e2b.ID)
-	if !ok || len(d.Settings) == 0 || len(d.Credentials) != 1 {
-		t.Errorf("description %+v", d)
-	}
+	hostedtest.RequireDescribed(t, e2b.ID, e2b.CredAPIKey, true)
 	if _, err := providers.New(e2b.ID, providers.Config{Getenv: func(k string) string {
 		if k == "E2B_API_URL" {
 			return "ftp://x"

@@ -13,6 +13,7 @@ import (
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/internal/hostedtest"
 	"github.com/berthdev/berth/providers/modal"
 	"github.com/berthdev/berth/providers/modal/modalfake"
 	"github.com/berthdev/berth/providers/providertest"
@@ -145,4 +146,6 @@ func TestRegistered(t *testing.T) {
 	if !ok || len(d.Missing(func(string) string { return "" })) != 1 {
 		t.Errorf("description %+v: want one required setting", d)
 	}
+	hostedtest.RequireDescribed(t, modal.ID, modal.SettingHeadlessImage, false)
+	hostedtest.RequireDescribed(t, modal.ID, modal.CredTokenSecret, true)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
 	"github.com/berthdev/berth/providers/e2b/e2bfake"
+	"github.com/berthdev/berth/providers/internal/hostedtest"
 	"github.com/berthdev/berth/providers/novita"
 	"github.com/berthdev/berth/providers/providertest"
 )
@@ -57,4 +58,5 @@ func TestRegistered(t *testing.T) {
 	if !ok || d.Settings[0].Name != "NOVITA_API_URL" || d.Settings[0].Default != "https://api.sandbox.novita.ai" {
 		t.Errorf("description %+v", d)
 	}
+	hostedtest.RequireDescribed(t, novita.ID, e2b.CredAPIKey, true)
 }
