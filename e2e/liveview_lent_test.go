@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor/daemon"
 	"github.com/berthdev/berth/supervisor/liveview"
@@ -36,55 +40,85 @@ func TestLiveViewLent(t *testing.T) { lentLiveView(t, ":0") }
 // docker0 address to the relay and gives the computer that one.
 func TestLiveViewLentForwarded(t *testing.T) { lentLiveView(t, "127.0.0.1:0") }
 
-func lentLiveView(t *testing.T, turnListen string) {
-	requireDocker(t, desktopImage)
-	requireChromium(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	const relayToken = "e2e-relay-token-0123456789"
+// lentRig is a supervisor with live view and the local provider, a relay
+// on loopback and a lending agent paired to it, all in-process.
+type lentRig struct {
+	s         *super
+	d         *daemon.Daemon
+	lender    string // the lending agent's companion id
+	owner     *control.Client
+	stopAgent func() // stops the agent (once); computers keep running
+}
 
+// startLentRig starts the rig, with the supervisor's TURN relay on
+// turnListen and providers provs (the first is the default). Everything
+// stops when tb ends; ctx bounds the setup.
+func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs ...string) *lentRig {
+	tb.Helper()
+	life, endLife := context.WithTimeout(context.Background(), 10*time.Minute)
+	tb.Cleanup(endLife)
+	log := slog.New(slog.NewTextHandler(testWriter{tb}, nil))
+	const relayToken = "e2e-relay-token-0123456789"
 	sln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	supURL := "http://" + sln.Addr().String()
-	rp := startRelay(t, "127.0.0.1:0", "127.0.0.1:0", supURL, relayToken, log)
-	defer rp.kill()
-	remote, err := relayserver.NewRemote("http://"+rp.interAddr, relayToken, nil)
+
+	// The relay, as berth relay runs it: agents on one listener, the
+	// internal API on another, tokens checked with the supervisor.
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	d, err := daemon.New(ctx, daemon.Options{
+	iln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rsrv := relayserver.New(relayserver.Config{Logger: log.With("side", "relay"),
+		Authenticate: relayserver.SupervisorAuth(supURL, relayToken, nil, func(msg string, args ...any) { log.Warn(msg, args...) })})
+	mux := http.NewServeMux()
+	mux.Handle(relay.ConnectPath, rsrv)
+	agents, inter := &http.Server{Handler: mux}, &http.Server{Handler: rsrv.InternalHandler(relayToken)}
+	go agents.Serve(aln)
+	go inter.Serve(iln)
+	tb.Cleanup(func() { inter.Close(); agents.Close(); rsrv.Close() })
+	remote, err := relayserver.NewRemote("http://"+iln.Addr().String(), relayToken, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	env := map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "0"}
+	d, err := daemon.New(life, daemon.Options{
 		Egress:    daemon.EgressOptions{Listen: ":0"},
 		LiveView:  daemon.LiveViewOptions{Listen: turnListen, DesktopUsers: 2, IdleStopMS: idleStopMS, Secret: "e2e-turn-secret-0123456789"},
-		Providers: []string{"local"}, DefaultProvider: "local", DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
-		Getenv: func(string) string { return "" }, Logger: log.With("side", "supervisor"),
-		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
+		Providers: provs, DefaultProvider: provs[0], DataDir: tb.TempDir(), Token: "e2e-operator-token-0123456789",
+		Getenv: func(k string) string { return env[k] }, Logger: log.With("side", "supervisor"),
+		Relay: remote, RelayURL: "ws://" + aln.Addr().String() + relay.ConnectPath, RelayToken: relayToken,
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	sctx, stopSup := context.WithCancel(ctx)
+	sctx, stopSup := context.WithCancel(life)
 	supDone := make(chan error, 1)
 	go func() { supDone <- d.ServeListener(sctx, sln, 5*time.Second, nil) }()
-	defer func() {
+	tb.Cleanup(func() {
 		stopSup()
 		<-supDone
 		d.Close()
-	}()
-	s := &super{t: t, url: supURL, token: d.Token, d: d}
+	})
+	s := &super{t: tb, url: supURL, token: d.Token, d: d}
 
 	var code struct{ Code string }
 	s.must("POST", "/v1/companions/pair-codes", map[string]any{"name": "e2e desktop lender"}, 201, &code)
 	var paired struct{ AgentID, Token, RelayURL string }
 	if st, err := callAPI(supURL, "", "POST", "/v1/companions/pair", "", map[string]any{"code": code.Code}, &paired); err != nil || st != 201 {
-		t.Fatalf("pair: %d %v", st, err)
+		tb.Fatalf("pair: %d %v", st, err)
 	}
-	adir := t.TempDir()
+	adir := tb.TempDir()
 	sock := filepath.Join(adir, control.SocketName)
 	ready := make(chan *lender.Lender, 1)
-	actx, stopAgent := context.WithCancel(ctx)
+	actx, cancelAgent := context.WithCancel(life)
 	agentDone := make(chan error, 1)
 	go func() {
 		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
@@ -94,36 +128,59 @@ func lentLiveView(t *testing.T, turnListen string) {
 			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
 		})
 	}()
-	agentStopped := false
-	stopAgentOnce := func() {
-		if agentStopped {
-			return
-		}
-		agentStopped = true
-		stopAgent()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
+	var once sync.Once
+	r := &lentRig{s: s, d: d, lender: paired.AgentID, owner: control.NewClient(sock)}
+	r.stopAgent = func() {
+		once.Do(func() {
+			cancelAgent()
+			if err := <-agentDone; err != nil {
+				tb.Errorf("agent: %v", err)
+			}
+		})
 	}
-	defer stopAgentOnce()
+	tb.Cleanup(r.stopAgent)
+	tb.Cleanup(func() { r.owner.Close() })
 	select {
 	case <-ready:
 	case err := <-agentDone:
-		t.Fatalf("agent ended: %v", err)
+		tb.Fatalf("agent ended: %v", err)
 	}
-	owner := control.NewClient(sock)
-	defer owner.Close()
-	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(1024))}); err != nil {
-		t.Fatal(err)
+	if _, err := r.owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(1024))}); err != nil {
+		tb.Fatal(err)
 	}
-	waitOnline(t, ctx, rp, paired.AgentID)
+	for {
+		if p, ok := rsrv.Presence(paired.AgentID); ok && p.Online {
+			return r
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("the agent never came online at the relay")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
-	s.must("POST", "/v1/agents", map[string]any{"id": "lvl", "name": "lvl"}, 201, nil)
-	s.must("POST", "/v1/computers", map[string]any{"agent": "lvl", "provider": "local", "image": "desktop", "leaseSeconds": 600,
-		"credentials": map[string]string{"lender": paired.AgentID}}, 201, nil)
+// startLentDesktop connects agent to a desktop computer on the rig's
+// lender and starts it; it is stopped when tb ends, before the agent.
+func (r *lentRig) startLentDesktop(tb testing.TB, agent string) string {
+	tb.Helper()
+	r.s.must("POST", "/v1/agents", map[string]any{"id": agent, "name": agent}, 201, nil)
+	r.s.must("POST", "/v1/computers", map[string]any{"agent": agent, "provider": "local", "image": "desktop", "leaseSeconds": 600,
+		"credentials": map[string]string{"lender": r.lender}}, 201, nil)
 	var sess struct{ ID string }
-	s.must("POST", "/v1/agents/lvl/computer/start", nil, 200, &sess)
-	defer s.call("POST", "/v1/agents/lvl/computer/stop", nil, nil)
+	r.s.must("POST", "/v1/agents/"+agent+"/computer/start", nil, 200, &sess)
+	tb.Cleanup(func() { r.s.call("POST", "/v1/agents/"+agent+"/computer/stop", nil, nil) })
+	return sess.ID
+}
+
+func lentLiveView(t *testing.T, turnListen string) {
+	requireDocker(t, desktopImage)
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := startLentRig(t, ctx, turnListen, "local")
+	s, d, owner := r.s, r.d, r.owner
+	supURL := s.url
+	sid := r.startLentDesktop(t, "lvl")
 
 	// The computer has the supervisor's TURN relay, and the agent opened
 	// its port to computers in the host firewall (the supervisor, with no
@@ -154,8 +211,8 @@ func lentLiveView(t *testing.T, turnListen string) {
 	// An agent's viewer link, through the relay to the lent computer.
 	var g liveview.Grant
 	s.must("POST", "/v1/agents/lvl/computer/view", nil, 201, &g)
-	if g.Session != sess.ID {
-		t.Fatalf("grant %+v for session %s", g, sess.ID)
+	if g.Session != sid {
+		t.Fatalf("grant %+v for session %s", g, sid)
 	}
 	bctx := browser(t, ctx)
 	if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
@@ -180,7 +237,7 @@ func lentLiveView(t *testing.T, turnListen string) {
 	if err != nil || len(ss) != 1 {
 		t.Fatalf("control API sessions: %+v %v", ss, err)
 	}
-	want := supURL + "/view/" + sess.ID + "/owner?key="
+	want := supURL + "/view/" + sid + "/owner?key="
 	if !strings.HasPrefix(ss[0].ViewURL, want) {
 		t.Fatalf("session viewUrl %q, want %s...", ss[0].ViewURL, want)
 	}
@@ -194,7 +251,7 @@ func lentLiveView(t *testing.T, turnListen string) {
 	if ov.LocalCandidateType != "relay" {
 		t.Errorf("owner's selected local candidate is %q, want relay", ov.LocalCandidateType)
 	}
-	if loc, err := chromedp.Run(octx, chromedp.Location()); err != nil || !strings.Contains(loc, "/view/"+sess.ID+"?token=") {
+	if loc, err := chromedp.Run(octx, chromedp.Location()); err != nil || !strings.Contains(loc, "/view/"+sid+"?token=") {
 		t.Errorf("owner link landed on %q (%v), want the viewer page with a view token", loc, err)
 	}
 	if x := s.exec("lvl", "xsetroot -solid '#0000ff'"); x.ExitCode != 0 {
@@ -214,11 +271,88 @@ func lentLiveView(t *testing.T, turnListen string) {
 	// The agent closes its forwarder's port when it stops.
 	if forwarded {
 		s.must("POST", "/v1/agents/lvl/computer/stop", nil, 200, nil)
-		stopAgentOnce()
+		r.stopAgent()
 		for _, proto := range []string{"udp", "tcp"} {
 			if opened(proto) == nil {
 				t.Errorf("the forwarder's %s opening on port %d is still there after the agent stopped", proto, port)
 			}
 		}
 	}
+}
+
+// BenchmarkLiveViewLent measures live view of desktops on lent machines
+// against a desktop of the docker provider (the baseline) in the same run:
+// the time from opening the viewer page to its first frame (the encoder
+// warm) and the capture-to-display latency, for a lent computer that
+// reaches the supervisor's TURN relay straight (on this machine's docker0
+// address) and one that reaches it through the lending agent's forwarder
+// (the relay on loopback, as out of reach as one on another machine).
+func BenchmarkLiveViewLent(b *testing.B) {
+	requireDocker(b, desktopImage)
+	requireChromium(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	direct := startLentRig(b, ctx, ":0", "docker", "local")
+	forwarded := startLentRig(b, ctx, "127.0.0.1:0", "local")
+	startDesktop(direct.s, "bd")
+	direct.startLentDesktop(b, "bl")
+	forwarded.startLentDesktop(b, "bf")
+	palette := []struct{ hex, key string }{
+		{"#ff0000", "100"}, {"#00ff00", "010"}, {"#0000ff", "001"}, {"#ffff00", "110"}, {"#00ffff", "011"}, {"#ff00ff", "101"},
+	}
+	// measure opens one viewer page and returns its first-frame time and
+	// the latencies of 12 colour changes.
+	measure := func(s *super, agent string) (float64, []float64) {
+		var g liveview.Grant
+		s.must("POST", "/v1/agents/"+agent+"/computer/view", nil, 201, &g)
+		time.Sleep(300 * time.Millisecond) // the page opens a moment after the link
+		bctx := browser(b, ctx)
+		defer chromedp.Cancel(bctx)
+		if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
+			b.Fatal(err)
+		}
+		v := waitView(b, bctx, 30*time.Second, func(v viewState) bool { return v.FirstFrameMs > 0 })
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](latencyJS)); err != nil {
+			b.Fatal(err)
+		}
+		var script strings.Builder
+		for i := range 12 {
+			p := palette[i%len(palette)]
+			fmt.Fprintf(&script, "xsetroot -solid '%s'; echo %s $(date +%%s%%N); sleep 0.35; ", p.hex, p.key)
+		}
+		x := s.exec(agent, script.String())
+		time.Sleep(500 * time.Millisecond)
+		log, err := chromedp.Run(bctx, chromedp.Evaluate[latencyLog](`window.berthLat`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		chromedp.Do(bctx, chromedp.Navigate("about:blank"))
+		http.Post(s.url+"/view/"+g.Session+"/leave?token="+g.Token, "application/json", nil)
+		return v.FirstFrameMs, matchLatency(x.Stdout, log)
+	}
+	measure(direct.s, "bd") // the browser's own first start is not the page's cost
+	var firstD, firstL, firstF, latD, latL, latF []float64
+	b.ResetTimer()
+	for range b.N {
+		f, l := measure(direct.s, "bd")
+		firstD, latD = append(firstD, f), append(latD, l...)
+		f, l = measure(direct.s, "bl")
+		firstL, latL = append(firstL, f), append(latL, l...)
+		f, l = measure(forwarded.s, "bf")
+		firstF, latF = append(firstF, f), append(latF, l...)
+	}
+	b.StopTimer()
+	if len(latD) < 6 || len(latL) < 6 || len(latF) < 6 {
+		b.Fatalf("too few colour changes seen: docker %d, lent %d, forwarded %d", len(latD), len(latL), len(latF))
+	}
+	b.ReportMetric(median(firstL), "lent-first-frame-ms")
+	b.ReportMetric(median(firstF), "forwarded-first-frame-ms")
+	b.ReportMetric(median(firstD), "base-docker-first-frame-ms")
+	b.ReportMetric(median(latL), "lent-latency-median-ms")
+	b.ReportMetric(median(latF), "forwarded-latency-median-ms")
+	b.ReportMetric(median(latD), "base-docker-latency-median-ms")
+	b.ReportMetric(median(latF)/median(latD), "ratio")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("first frame: docker %.0f ms, lent %.0f ms, forwarded %.0f ms; latency median: docker %.0f ms (%d), lent %.0f ms (%d), forwarded %.0f ms (%d)",
+		median(firstD), median(firstL), median(firstF), median(latD), len(latD), median(latL), len(latL), median(latF), len(latF))
 }
