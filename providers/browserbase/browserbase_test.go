@@ -45,9 +45,9 @@ func TestBrowserSession(t *testing.T) {
 	s, f := newStack(t)
 	s.Connect("bb", map[string]string{CredAPIKey: f.Key, CredProjectID: "proj-1"}, 300)
 	v := s.Start("bb", "ws://127.0.0.1:")
-	f.mu.Lock()
+	f.Mu.Lock()
 	body := f.lastCreate
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	if body["keepAlive"] != true || body["timeout"] != float64(300) || body["projectId"] != "proj-1" {
 		t.Errorf("create body %v: want keepAlive, the lease as timeout and the projectId", body)
 	}
@@ -135,7 +135,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.mu.Lock(); f.rateLimit = 1; f.mu.Unlock() })
+	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.Mu.Lock(); f.RateLimit = 1; f.Mu.Unlock() })
 }
 
 // TestLiveViewFailure fails the live-view call of a create whose session
@@ -144,9 +144,9 @@ func TestErrors(t *testing.T) {
 func TestLiveViewFailure(t *testing.T) {
 	f := newFakeBrowserbase(t)
 	p, _ := New(Options{APIURL: f.srv.URL})
-	f.mu.Lock()
+	f.Mu.Lock()
 	f.failDebug = 1
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	spec := providers.Spec{ComputerID: "c", AgentID: "lv", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
 	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrUnavailable) {
 		t.Fatalf("create with a failing live view: %v, want an outage", err)

@@ -27,7 +27,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,14 +38,10 @@ type fakeBrowserbase struct {
 	srv *httptest.Server
 	Key string
 
-	mu          sync.Mutex
-	sessions    map[string]*fakeSession
-	refuse      bool
-	rateLimit   int
-	loseReplies int
-	failDeletes int
-	failDebug   int
-	lastCreate  map[string]any
+	browsertest.Faults
+	sessions   map[string]*fakeSession
+	failDebug  int
+	lastCreate map[string]any
 }
 
 type fakeSession struct {
@@ -66,8 +61,8 @@ func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
 	f.srv = httptest.NewServer(f)
 	t.Cleanup(func() {
 		f.srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
+		f.Mu.Lock()
+		defer f.Mu.Unlock()
 		for _, s := range f.sessions {
 			if s.browser != nil {
 				s.browser.Stop()
@@ -77,22 +72,16 @@ func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
 	return f
 }
 
-func (f *fakeBrowserbase) reply(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
 func (f *fakeBrowserbase) fail(w http.ResponseWriter, status int, msg string) {
-	f.reply(w, status, map[string]any{"statusCode": status, "error": http.StatusText(status), "message": msg})
+	browsertest.WriteJSON(w, status, map[string]any{"statusCode": status, "error": http.StatusText(status), "message": msg})
 }
 
 var metaQuery = regexp.MustCompile(`^user_metadata\['([^']+)'\]:'([^']*)'$`)
 
 func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse || r.Header.Get("X-BB-API-Key") != f.Key {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Refuse || r.Header.Get("X-BB-API-Key") != f.Key {
 		f.fail(w, 401, "Unauthorized")
 		return
 	}
@@ -101,8 +90,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		json.NewDecoder(r.Body).Decode(&body)
 		f.lastCreate = body
-		if f.rateLimit > 0 {
-			f.rateLimit--
+		if browsertest.Take(&f.RateLimit) {
 			f.fail(w, 429, "concurrent session limit reached")
 			return
 		}
@@ -132,14 +120,11 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		f.sessions[s.ID] = s
-		if f.loseReplies > 0 {
-			f.loseReplies--
-			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-				conn.Close()
-			}
+		if browsertest.Take(&f.LoseReplies) {
+			browsertest.HangUp(w)
 			return
 		}
-		f.reply(w, 201, s)
+		browsertest.WriteJSON(w, 201, s)
 	case r.URL.Path == "/v1/sessions" && r.Method == "GET":
 		out := []*fakeSession{}
 		m := metaQuery.FindStringSubmatch(r.URL.Query().Get("q"))
@@ -152,7 +137,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			out = append(out, s)
 		}
-		f.reply(w, 200, out)
+		browsertest.WriteJSON(w, 200, out)
 	case strings.HasPrefix(r.URL.Path, "/v1/sessions/"):
 		id, sub, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/sessions/"), "/")
 		s := f.sessions[id]
@@ -162,10 +147,9 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case sub == "" && r.Method == "GET":
-			f.reply(w, 200, s)
+			browsertest.WriteJSON(w, 200, s)
 		case sub == "debug" && r.Method == "GET":
-			if f.failDebug > 0 {
-				f.failDebug--
+			if browsertest.Take(&f.failDebug) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}
@@ -174,7 +158,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			live := f.srv.URL + "/devtools-fullscreen/inspector.html?wss=" + strings.TrimPrefix(s.browser.WS, "ws://")
-			f.reply(w, 200, map[string]any{"debuggerUrl": live, "debuggerFullscreenUrl": live, "wsUrl": s.browser.WS, "pages": []any{}})
+			browsertest.WriteJSON(w, 200, map[string]any{"debuggerUrl": live, "debuggerFullscreenUrl": live, "wsUrl": s.browser.WS, "pages": []any{}})
 		case sub == "" && r.Method == "POST":
 			var body struct {
 				Status string `json:"status"`
@@ -184,8 +168,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.fail(w, 400, "status must be REQUEST_RELEASE")
 				return
 			}
-			if f.failDeletes > 0 {
-				f.failDeletes--
+			if browsertest.Take(&f.FailDeletes) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}
@@ -194,7 +177,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.browser = nil
 			}
 			s.Status = "COMPLETED"
-			f.reply(w, 200, s)
+			browsertest.WriteJSON(w, 200, s)
 		default:
 			f.fail(w, 404, "Not Found")
 		}
@@ -205,8 +188,8 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // signingKeys returns every session's signing key.
 func (f *fakeBrowserbase) signingKeys() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	var out []string
 	for _, s := range f.sessions {
 		out = append(out, s.SigningKey)
@@ -216,15 +199,15 @@ func (f *fakeBrowserbase) signingKeys() []string {
 
 // count returns how many sessions were made.
 func (f *fakeBrowserbase) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	return len(f.sessions)
 }
 
 // exists reports whether a session labelled label=value still runs.
 func (f *fakeBrowserbase) exists(ctx context.Context, label, value string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for _, s := range f.sessions {
 		if s.Status == "RUNNING" && s.UserMetadata[label] == value {
 			return true, nil
@@ -232,8 +215,3 @@ func (f *fakeBrowserbase) exists(ctx context.Context, label, value string) (bool
 	}
 	return false, nil
 }
-
-// Faults for providertest.
-func (f *fakeBrowserbase) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeBrowserbase) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeBrowserbase) RefuseCredentials(on bool) { f.mu.Lock(); f.refuse = on; f.mu.Unlock() }

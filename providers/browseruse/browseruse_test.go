@@ -43,9 +43,9 @@ func TestBrowserSession(t *testing.T) {
 	s, f := newStack(t)
 	s.Connect("bu", map[string]string{CredAPIKey: f.Key}, 300)
 	v := s.Start("bu", "http://127.0.0.1:")
-	f.mu.Lock()
+	f.Mu.Lock()
 	body := f.lastCreate
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	if body["timeout"] != float64(5) {
 		t.Errorf("create body %v: want the lease (300 s) as a 5-minute timeout", body)
 	}
@@ -100,7 +100,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.mu.Lock(); f.rateLimit = 1; f.mu.Unlock() })
+	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.Mu.Lock(); f.RateLimit = 1; f.Mu.Unlock() })
 }
 
 // TestConformance runs the suite's scenarios that need no shell.

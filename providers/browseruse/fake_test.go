@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,13 +34,9 @@ type fakeBrowserUse struct {
 	srv *httptest.Server
 	Key string
 
-	mu          sync.Mutex
-	browsers    map[string]*fakeBrowser
-	refuse      bool
-	rateLimit   int
-	loseReplies int
-	failDeletes int
-	lastCreate  map[string]any
+	browsertest.Faults
+	browsers   map[string]*fakeBrowser
+	lastCreate map[string]any
 }
 
 type fakeBrowser struct {
@@ -59,8 +54,8 @@ func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
 	f.srv = httptest.NewServer(f)
 	t.Cleanup(func() {
 		f.srv.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
+		f.Mu.Lock()
+		defer f.Mu.Unlock()
 		for _, b := range f.browsers {
 			if b.chrome != nil {
 				b.chrome.Stop()
@@ -70,17 +65,11 @@ func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
 	return f
 }
 
-func (f *fakeBrowserUse) reply(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
 func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse || r.Header.Get("X-Browser-Use-API-Key") != f.Key {
-		f.reply(w, 401, map[string]any{"detail": "Invalid API key"})
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Refuse || r.Header.Get("X-Browser-Use-API-Key") != f.Key {
+		browsertest.WriteJSON(w, 401, map[string]any{"detail": "Invalid API key"})
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/api/v3")
@@ -89,56 +78,51 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		json.NewDecoder(r.Body).Decode(&body)
 		f.lastCreate = body
-		if f.rateLimit > 0 {
-			f.rateLimit--
-			f.reply(w, 429, map[string]any{"detail": "Too many concurrent browser sessions"})
+		if browsertest.Take(&f.RateLimit) {
+			browsertest.WriteJSON(w, 429, map[string]any{"detail": "Too many concurrent browser sessions"})
 			return
 		}
 		minutes, _ := body["timeout"].(float64)
 		if minutes < 1 || minutes > 240 {
-			f.reply(w, 422, map[string]any{"detail": "timeout must be 1..240 minutes"})
+			browsertest.WriteJSON(w, 422, map[string]any{"detail": "timeout must be 1..240 minutes"})
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 		defer cancel()
 		c, err := browsertest.StartChromium(ctx)
 		if err != nil {
-			f.reply(w, 500, map[string]any{"detail": err.Error()})
+			browsertest.WriteJSON(w, 500, map[string]any{"detail": err.Error()})
 			return
 		}
 		id := strings.ToLower(rand.Text())
 		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.HTTP, LiveURL: f.srv.URL + "/live/" + id,
 			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
 		f.browsers[id] = b
-		if f.loseReplies > 0 {
-			f.loseReplies--
-			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-				conn.Close()
-			}
+		if browsertest.Take(&f.LoseReplies) {
+			browsertest.HangUp(w)
 			return
 		}
-		f.reply(w, 201, b)
+		browsertest.WriteJSON(w, 201, b)
 	case strings.HasPrefix(path, "/browsers/"):
 		b := f.browsers[strings.TrimPrefix(path, "/browsers/")]
 		if b == nil {
-			f.reply(w, 404, map[string]any{"detail": "Browser session not found"})
+			browsertest.WriteJSON(w, 404, map[string]any{"detail": "Browser session not found"})
 			return
 		}
 		switch r.Method {
 		case "GET":
-			f.reply(w, 200, b)
+			browsertest.WriteJSON(w, 200, b)
 		case "PATCH":
 			var body struct {
 				Action string `json:"action"`
 			}
 			json.NewDecoder(r.Body).Decode(&body)
 			if body.Action != "stop" {
-				f.reply(w, 422, map[string]any{"detail": "action must be stop"})
+				browsertest.WriteJSON(w, 422, map[string]any{"detail": "action must be stop"})
 				return
 			}
-			if f.failDeletes > 0 {
-				f.failDeletes--
-				f.reply(w, 500, map[string]any{"detail": "Internal Server Error"})
+			if browsertest.Take(&f.FailDeletes) {
+				browsertest.WriteJSON(w, 500, map[string]any{"detail": "Internal Server Error"})
 				return
 			}
 			if b.chrome != nil {
@@ -146,19 +130,19 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				b.chrome = nil
 			}
 			b.Status = "stopped"
-			f.reply(w, 200, b)
+			browsertest.WriteJSON(w, 200, b)
 		default:
-			f.reply(w, 405, map[string]any{"detail": "Method Not Allowed"})
+			browsertest.WriteJSON(w, 405, map[string]any{"detail": "Method Not Allowed"})
 		}
 	default:
-		f.reply(w, 404, map[string]any{"detail": "Not Found"})
+		browsertest.WriteJSON(w, 404, map[string]any{"detail": "Not Found"})
 	}
 }
 
 // active counts the browsers still running.
 func (f *fakeBrowserUse) active() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	n := 0
 	for _, b := range f.browsers {
 		if b.Status == "active" {
@@ -170,8 +154,8 @@ func (f *fakeBrowserUse) active() int {
 
 // count returns how many browsers were made.
 func (f *fakeBrowserUse) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	return len(f.browsers)
 }
 
@@ -180,8 +164,3 @@ func (f *fakeBrowserUse) count() int {
 func (f *fakeBrowserUse) exists(ctx context.Context, label, value string) (bool, error) {
 	return f.active() > 0, nil
 }
-
-// Faults for providertest.
-func (f *fakeBrowserUse) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeBrowserUse) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeBrowserUse) RefuseCredentials(on bool) { f.mu.Lock(); f.refuse = on; f.mu.Unlock() }
