@@ -185,21 +185,29 @@ func (s *Server) wrap(h http.Handler) http.Handler {
 		}
 		s.mu.Unlock()
 
-		defer func() {
+		recorded := false
+		record := func() {
+			if recorded {
+				return
+			}
+			recorded = true
 			s.mu.Lock()
 			s.requests = append(s.requests, rec)
 			s.mu.Unlock()
 			s.opts.Logger.Debug("fake api", "method", r.Method, "path", r.URL.Path, "status", rec.Status)
-		}()
+		}
+		defer record()
 		if status != 0 {
 			rec.Status = status
 			s.opts.WriteError(w, status, msg)
 			return
 		}
 		if lose {
-			// Run the create to the end, then drop the connection.
+			// Run the create to the end, then drop the connection; the
+			// request is on the log before the client can see the drop.
 			rw := httptest.NewRecorder()
 			h.ServeHTTP(rw, r)
+			record()
 			if hj, ok := w.(http.Hijacker); ok {
 				if c, _, err := hj.Hijack(); err == nil {
 					c.Close()
