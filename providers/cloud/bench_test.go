@@ -1,10 +1,8 @@
 package cloud_test
 
 import (
-	"log/slog"
 	"testing"
 
-	"github.com/berthdev/berth/providers/cloud"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -13,11 +11,4 @@ import (
 // against the same on providers/fake directly:
 //
 //	go test ./providers/cloud -run '^$' -bench Cycle -benchtime 50x
-func BenchmarkCycle(b *testing.B) {
-	providertest.BenchmarkCycle(b, providertest.Harness{ID: cloud.ID, New: func(t providertest.T, log *slog.Logger) providertest.Target {
-		r := newRemote(t)
-		return providertest.Target{Provider: newProvider(t, log),
-			Credentials: map[string]string{cloud.CredURL: r.URL, cloud.CredAPIKey: r.token},
-			Faults:      r.Server, Exists: r.exists}
-	}})
-}
+func BenchmarkCycle(b *testing.B) { providertest.BenchmarkCycle(b, harness) }

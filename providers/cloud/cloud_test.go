@@ -127,20 +127,22 @@ func newProvider(t providertest.T, log *slog.Logger) *cloud.Cloud {
 
 // TestConformance runs the provider suite against a real second
 // supervisor.
-func TestConformance(t *testing.T) {
-	providertest.Run(t, providertest.Harness{
-		ID: cloud.ID,
-		New: func(t providertest.T, log *slog.Logger) providertest.Target {
-			r := newRemote(t)
-			return providertest.Target{
-				Provider:    newProvider(t, log),
-				Credentials: map[string]string{cloud.CredURL: r.URL, cloud.CredAPIKey: r.token, cloud.CredWorkspace: "billed"},
-				Secrets:     []string{r.token},
-				Faults:      r.Server,
-				Exists:      r.exists,
-			}
-		},
-	})
+func TestConformance(t *testing.T) { providertest.Run(t, harness) }
+
+// harness builds the provider on a fresh second supervisor for each scenario of the
+// conformance suite and for the cycle benchmark.
+var harness = providertest.Harness{
+	ID: cloud.ID,
+	New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		r := newRemote(t)
+		return providertest.Target{
+			Provider:    newProvider(t, log),
+			Credentials: map[string]string{cloud.CredURL: r.URL, cloud.CredAPIKey: r.token, cloud.CredWorkspace: "billed"},
+			Secrets:     []string{r.token},
+			Faults:      r.Server,
+			Exists:      r.exists,
+		}
+	},
 }
 
 func testSpec(r *remote) providers.Spec {

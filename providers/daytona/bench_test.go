@@ -1,11 +1,8 @@
 package daytona_test
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 
-	"github.com/berthdev/berth/providers/daytona"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -14,10 +11,4 @@ import (
 // against the same on providers/fake:
 //
 //	go test ./providers/daytona -run '^$' -bench Cycle -benchtime 50x
-func BenchmarkCycle(b *testing.B) {
-	providertest.BenchmarkCycle(b, providertest.Harness{ID: daytona.ID, New: func(t providertest.T, log *slog.Logger) providertest.Target {
-		f, p, creds := newFake(t, log)
-		return providertest.Target{Provider: p, Credentials: creds, Faults: f.Server,
-			Exists: func(ctx context.Context, label, value string) (bool, error) { return f.Exists(label, value), nil }}
-	}})
-}
+func BenchmarkCycle(b *testing.B) { providertest.BenchmarkCycle(b, harness) }

@@ -46,18 +46,20 @@ func newFake(t providertest.T, log *slog.Logger) (*daytonafake.Fake, *daytona.Da
 }
 
 // TestConformance runs the provider suite against the fake Daytona API.
-func TestConformance(t *testing.T) {
-	providertest.Run(t, providertest.Harness{
-		ID: daytona.ID,
-		New: func(t providertest.T, log *slog.Logger) providertest.Target {
-			f, p, creds := newFake(t, log)
-			return providertest.Target{
-				Provider: p, Credentials: creds, Faults: f.Server,
-				Secrets: []string{creds[daytona.CredAPIKey]},
-				Exists:  providertest.ExistsFunc(f.Exists),
-			}
-		},
-	})
+func TestConformance(t *testing.T) { providertest.Run(t, harness) }
+
+// harness builds the provider on a fresh fake Daytona API for each scenario of the
+// conformance suite and for the cycle benchmark.
+var harness = providertest.Harness{
+	ID: daytona.ID,
+	New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		f, p, creds := newFake(t, log)
+		return providertest.Target{
+			Provider: p, Credentials: creds, Faults: f.Server,
+			Secrets: []string{creds[daytona.CredAPIKey]},
+			Exists:  providertest.ExistsFunc(f.Exists),
+		}
+	},
 }
 
 func spec(creds map[string]string) providers.Spec {

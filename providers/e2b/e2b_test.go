@@ -47,19 +47,21 @@ func newFake(t providertest.T, log *slog.Logger) (*e2bfake.Fake, *e2b.Provider, 
 }
 
 // TestConformance runs the provider suite against the fake E2B API.
-func TestConformance(t *testing.T) {
-	providertest.Run(t, providertest.Harness{
-		ID: e2b.ID,
-		New: func(t providertest.T, log *slog.Logger) providertest.Target {
-			f, p, key := newFake(t, log)
-			return providertest.Target{
-				Provider:    p,
-				Credentials: map[string]string{e2b.CredAPIKey: key},
-				Faults:      f.Server,
-				Exists:      providertest.ExistsFunc(f.Exists),
-			}
-		},
-	})
+func TestConformance(t *testing.T) { providertest.Run(t, harness) }
+
+// harness builds the provider on a fresh fake E2B API for each scenario of the
+// conformance suite and for the cycle benchmark.
+var harness = providertest.Harness{
+	ID: e2b.ID,
+	New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		f, p, key := newFake(t, log)
+		return providertest.Target{
+			Provider:    p,
+			Credentials: map[string]string{e2b.CredAPIKey: key},
+			Faults:      f.Server,
+			Exists:      providertest.ExistsFunc(f.Exists),
+		}
+	},
 }
 
 func testSpec(key string) providers.Spec {

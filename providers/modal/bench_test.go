@@ -1,11 +1,8 @@
 package modal_test
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 
-	"github.com/berthdev/berth/providers/modal"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -13,10 +10,4 @@ import (
 // fake Modal API against the same on providers/fake:
 //
 //	go test ./providers/modal -run '^$' -bench Cycle -benchtime 50x
-func BenchmarkCycle(b *testing.B) {
-	providertest.BenchmarkCycle(b, providertest.Harness{ID: modal.ID, New: func(t providertest.T, log *slog.Logger) providertest.Target {
-		f, p, creds := newFake(t, log)
-		return providertest.Target{Provider: p, Credentials: creds, Faults: f.Server,
-			Exists: func(ctx context.Context, label, value string) (bool, error) { return f.Exists(label, value), nil }}
-	}})
-}
+func BenchmarkCycle(b *testing.B) { providertest.BenchmarkCycle(b, harness) }

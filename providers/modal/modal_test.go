@@ -42,17 +42,19 @@ func newFake(t providertest.T, log *slog.Logger) (*modalfake.Fake, *modal.Modal,
 }
 
 // TestConformance runs the provider suite against the fake Modal API.
-func TestConformance(t *testing.T) {
-	providertest.Run(t, providertest.Harness{
-		ID: modal.ID,
-		New: func(t providertest.T, log *slog.Logger) providertest.Target {
-			f, p, creds := newFake(t, log)
-			return providertest.Target{
-				Provider: p, Credentials: creds, Faults: f.Server,
-				Exists: providertest.ExistsFunc(f.Exists),
-			}
-		},
-	})
+func TestConformance(t *testing.T) { providertest.Run(t, harness) }
+
+// harness builds the provider on a fresh fake Modal API for each scenario of the
+// conformance suite and for the cycle benchmark.
+var harness = providertest.Harness{
+	ID: modal.ID,
+	New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		f, p, creds := newFake(t, log)
+		return providertest.Target{
+			Provider: p, Credentials: creds, Faults: f.Server,
+			Exists: providertest.ExistsFunc(f.Exists),
+		}
+	},
 }
 
 func spec(creds map[string]string) providers.Spec {
