@@ -91,17 +91,7 @@ func TestCreateRequest(t *testing.T) {
 	if sb.AutoStopInterval != 11 || sb.AutoDelete == nil || *sb.AutoDelete != 0 {
 		t.Errorf("autoStopInterval %d autoDelete %v: want 11 minutes (lease plus grace) and delete on stop", sb.AutoStopInterval, sb.AutoDelete)
 	}
-	for k, v := range s.Labels() {
-		if sb.Labels[k] != v {
-			t.Errorf("label %s = %q, want %q", k, sb.Labels[k], v)
-		}
-	}
-	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || strings.Contains(fmt.Sprint(sb.Env), creds[daytona.CredAPIKey]) {
-		t.Errorf("env %v: want the token hash and never the key", sb.Env)
-	}
-	if sb.Env["A"] != "b" || sb.Env["HTTPS_PROXY"] != "" {
-		t.Errorf("env %v: want the computer's variables without the egress proxy", sb.Env)
-	}
+	providertest.CheckCreated(t, s, sb.Labels, sb.Env)
 	if m.ID != sb.ID || m.Header.Get(daytona.PreviewTokenHeader) != sb.Token || !strings.HasPrefix(m.Endpoint, "http://7070-"+sb.ID) {
 		t.Errorf("machine %+v", m)
 	}

@@ -1,7 +1,6 @@
 package e2b_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,21 +94,7 @@ func TestCreateRequest(t *testing.T) {
 	if want := int((5*time.Minute + e2b.Grace) / time.Second); s.Timeout != want {
 		t.Errorf("timeout %d, want the lease plus grace, %d", s.Timeout, want)
 	}
-	for k, v := range spec.Labels() {
-		if s.Metadata[k] != v {
-			t.Errorf("metadata %s = %q, want %q", k, s.Metadata[k], v)
-		}
-	}
-	if s.EnvVars[computerd.EnvTokenHash] != spec.TokenHash || s.EnvVars["TURN_PUBLIC_HOST"] != "turn.example" {
-		t.Errorf("envVars %v", s.EnvVars)
-	}
-	if _, ok := s.EnvVars["HTTP_PROXY"]; ok || s.EnvVars["https_proxy"] != "" {
-		t.Errorf("envVars %v carry the egress proxy, which a hosted computer cannot use", s.EnvVars)
-	}
-	raw, _ := json.Marshal(s.EnvVars)
-	if strings.Contains(string(raw), key) {
-		t.Error("the API key is in the sandbox's variables")
-	}
+	providertest.CheckCreated(t, spec, s.Metadata, s.EnvVars)
 	if s.Public {
 		t.Error("port URLs are public: want allowPublicTraffic false")
 	}

@@ -80,17 +80,7 @@ func TestCreateRequest(t *testing.T) {
 	if sb.ImageID != desktop || sb.TimeoutSecs != 180 || len(sb.Ports) != 1 || sb.Ports[0] != computerd.Port {
 		t.Errorf("sandbox %+v: want image %s, timeout 180 s (lease plus grace), port 7070 open", sb, desktop)
 	}
-	for k, v := range s.Labels() {
-		if sb.Tags[k] != v {
-			t.Errorf("tag %s = %q, want %q", k, sb.Tags[k], v)
-		}
-	}
-	if _, ok := sb.Env["HTTP_PROXY"]; ok {
-		t.Errorf("env %v carries the egress proxy", sb.Env)
-	}
-	if sb.Env[computerd.EnvTokenHash] != s.TokenHash || sb.Env["A"] != "b" || strings.Contains(fmt.Sprint(sb.Env), creds[modal.CredTokenSecret]) {
-		t.Errorf("env %v", sb.Env)
-	}
+	providertest.CheckCreated(t, s, sb.Tags, sb.Env)
 	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(p.Transport(m, creds)))
 	if _, err := c.Processes(t.Context()); err != nil {
 		t.Errorf("computerd through the tunnel: %v", err)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -53,4 +54,37 @@ func CheckStatuses(t T, b Statuses, call func() error, secrets ...string) {
 // ExistsFunc adapts a fake backend's Exists to Target.Exists.
 func ExistsFunc(exists func(label, value string) bool) func(ctx context.Context, label, value string) (bool, error) {
 	return func(_ context.Context, label, value string) (bool, error) { return exists(label, value), nil }
+}
+
+// CheckCreated checks what a hosted machine of spec was made with, as its
+// backend holds it: every one of Berth's labels (as labels, metadata or
+// tags), the computer's variables but for the egress proxy's, which a
+// hosted machine cannot use, the token hash computerd starts with, and no
+// credential of the connection.
+func CheckCreated(t T, spec providers.Spec, labels, env map[string]string) {
+	t.Helper()
+	for k, v := range spec.Labels() {
+		if labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, labels[k], v)
+		}
+	}
+	hosted := providers.HostedEnv(spec.Env)
+	for k, v := range spec.Env {
+		_, kept := hosted[k]
+		if got, ok := env[k]; kept && got != v {
+			t.Errorf("variable %s = %q, want %q", k, got, v)
+		} else if !kept && ok {
+			t.Errorf("variable %s is set: a hosted machine cannot use the egress proxy", k)
+		}
+	}
+	if env[computerd.EnvTokenHash] != spec.TokenHash {
+		t.Errorf("variable %s = %q, want the token hash %q", computerd.EnvTokenHash, env[computerd.EnvTokenHash], spec.TokenHash)
+	}
+	for name, c := range spec.Credentials {
+		for k, v := range env {
+			if c != "" && strings.Contains(v, c) {
+				t.Errorf("variable %s holds the credential %s", k, name)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/providertest"
 )
@@ -56,5 +57,33 @@ func TestCheckStatuses(t *testing.T) {
 	}
 	if ok, _ := exists(t.Context(), "l", "w"); ok {
 		t.Error("ExistsFunc answered true for another value")
+	}
+}
+
+// TestCheckCreated passes a machine made right and fails one that keeps
+// the egress proxy, one that lacks a label and one that holds the key.
+func TestCheckCreated(t *testing.T) {
+	spec := providers.Spec{ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		TokenHash: "h", Env: map[string]string{"A": "b", "HTTP_PROXY": "http://c1:pw@proxy:3128"},
+		Credentials: map[string]string{"apiKey": "sk_0123456789"}}
+	good := func() (map[string]string, map[string]string) {
+		return spec.Labels(), map[string]string{"A": "b", computerd.EnvTokenHash: "h", computerd.EnvComputerID: "c1"}
+	}
+	labels, env := good()
+	if r := runRecorded(t, func(rt providertest.T) { providertest.CheckCreated(rt, spec, labels, env) }); r.Failed() {
+		t.Errorf("a machine made right failed: %s", r.firstFailure())
+	}
+	for name, spoil := range map[string]func(l, e map[string]string){
+		"egress proxy kept": func(_, e map[string]string) { e["HTTP_PROXY"] = spec.Env["HTTP_PROXY"] },
+		"label missing":     func(l, _ map[string]string) { delete(l, providers.LabelAttempt) },
+		"key in the env":    func(_, e map[string]string) { e["KEY"] = "x sk_0123456789" },
+		"variable lost":     func(_, e map[string]string) { delete(e, "A") },
+		"token hash wrong":  func(_, e map[string]string) { e[computerd.EnvTokenHash] = "other" },
+	} {
+		labels, env := good()
+		spoil(labels, env)
+		if r := runRecorded(t, func(rt providertest.T) { providertest.CheckCreated(rt, spec, labels, env) }); !r.Failed() {
+			t.Errorf("%s passed", name)
+		}
 	}
 }
