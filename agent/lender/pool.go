@@ -65,6 +65,7 @@ const (
 type pool struct {
 	waiting  map[string]*pooled // computer id → member
 	creating int
+	removing int // taken out and being destroyed; their containers still count
 	claimed  int64
 	gen      uint64        // bumped when the pool empties; older creates are discarded
 	wake     chan struct{} // pokes the refill loop
@@ -100,7 +101,8 @@ func (p *pool) poke() {
 	}
 }
 
-// ended tells those waiting for a create that one ended. It runs with l.mu held.
+// ended tells those waiting for a create or a removal that one ended. It
+// runs with l.mu held.
 func (p *pool) ended() {
 	close(p.changed)
 	p.changed = make(chan struct{})
@@ -167,6 +169,9 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r CreateRequest, day strin
 		MachineID: m.machine, Day: day, StartedAt: now, ExpiresAt: now.Add(lease),
 	}
 	if err := l.cfg.Ledger.Begin(ctx, ls); err != nil {
+		l.mu.Lock()
+		l.pool.removing++
+		l.mu.Unlock()
 		l.removePooled(m, "its session could not be recorded")
 		return nil, err
 	}
@@ -178,6 +183,9 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r CreateRequest, day strin
 		if ferr := l.cfg.Ledger.Forget(context.WithoutCancel(ctx), r.ComputerID); ferr != nil {
 			l.log.Warn("forget failed start", "computer", r.ComputerID, "err", ferr)
 		}
+		l.mu.Lock()
+		l.pool.removing++
+		l.mu.Unlock()
 		l.removePooled(m, "its bind failed")
 		return nil, err
 	}
@@ -186,20 +194,22 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r CreateRequest, day strin
 	return &computer{s: ls, endpoint: m.endpoint, stop: make(chan struct{})}, nil
 }
 
-// makeRoom removes waiting computers until the running, starting, waiting
-// and creating computers fit the owner's MaxComputers, waiting for creates
-// in flight where only they are over it.
+// makeRoom removes waiting computers until the running, starting, waiting,
+// creating and removing computers fit the owner's MaxComputers, waiting for
+// creates and removals in flight where only they are over it.
 func (l *Lender) makeRoom(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		l.pool.init()
-		over := len(l.running) + len(l.starting) + len(l.pool.waiting) + l.pool.creating - l.settings.MaxComputers
-		if over <= 0 || (len(l.pool.waiting) == 0 && l.pool.creating == 0) {
+		p := &l.pool
+		over := len(l.running) + len(l.starting) + len(p.waiting) + p.creating + p.removing - l.settings.MaxComputers
+		if over <= 0 || (len(p.waiting) == 0 && p.creating == 0 && p.removing == 0) {
 			l.mu.Unlock()
 			return nil
 		}
-		if m := l.pool.oldest(); m != nil {
-			delete(l.pool.waiting, m.id)
+		if m := p.oldest(); m != nil {
+			delete(p.waiting, m.id)
+			p.removing++
 			l.mu.Unlock()
 			l.removePooled(m, "a cold start needs its place under the owner's limit")
 			continue
@@ -216,11 +226,18 @@ func (l *Lender) makeRoom(ctx context.Context) error {
 	}
 }
 
-// removePooled destroys a computer taken out of the pool.
+// removePooled destroys a computer taken out of the pool, counted in
+// removing until it is gone.
 func (l *Lender) removePooled(m *pooled, why string) {
 	l.mu.Lock()
 	d := l.docker
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.pool.removing--
+		l.pool.ended()
+		l.mu.Unlock()
+	}()
 	if d == nil {
 		return
 	}
@@ -244,6 +261,7 @@ func (l *Lender) drainPool(why string) int {
 		ms = append(ms, m)
 	}
 	clear(l.pool.waiting)
+	l.pool.removing += len(ms)
 	l.mu.Unlock()
 	for _, m := range ms {
 		l.removePooled(m, why)
@@ -304,6 +322,7 @@ func (l *Lender) fillPool() {
 	if shrink {
 		if m := l.pool.oldest(); m != nil {
 			delete(l.pool.waiting, m.id)
+			l.pool.removing++
 			drop = append(drop, m)
 			l.log.Warn("warm pool: host memory low; removing a waiting computer", "pooled", m.id)
 		}
@@ -311,9 +330,10 @@ func (l *Lender) fillPool() {
 	for len(l.pool.waiting) > want {
 		m := l.pool.oldest()
 		delete(l.pool.waiting, m.id)
+		l.pool.removing++
 		drop = append(drop, m)
 	}
-	room := s.MaxComputers - len(l.running) - len(l.starting) - len(l.pool.waiting) - l.pool.creating
+	room := s.MaxComputers - len(l.running) - len(l.starting) - len(l.pool.waiting) - l.pool.creating - l.pool.removing
 	need := min(want-len(l.pool.waiting)-l.pool.creating, room, poolCreators-l.pool.creating)
 	if shrink || !grow || time.Now().Before(l.pool.retryAt) {
 		need = 0
@@ -347,8 +367,8 @@ func (l *Lender) createPooled(d Docker, pl Pooler, gen uint64) {
 	m, err := l.makePooled(ctx, d, pl)
 	l.mu.Lock()
 	l.pool.creating--
-	l.pool.ended()
 	if err != nil {
+		l.pool.ended()
 		l.pool.failWait = min(max(2*l.pool.failWait, time.Second), time.Minute)
 		l.pool.retryAt = time.Now().Add(l.pool.failWait)
 		l.mu.Unlock()
@@ -356,12 +376,14 @@ func (l *Lender) createPooled(d Docker, pl Pooler, gen uint64) {
 		return
 	}
 	l.pool.failWait = 0
-	over := len(l.running)+len(l.starting)+len(l.pool.waiting)+l.pool.creating >= l.settings.MaxComputers
+	over := len(l.running)+len(l.starting)+len(l.pool.waiting)+l.pool.creating+l.pool.removing >= l.settings.MaxComputers
 	if l.closed || gen != l.pool.gen || over || len(l.pool.waiting) >= l.settings.WarmPoolSize {
+		l.pool.removing++ // its container counts until it is gone
 		l.mu.Unlock()
 		l.removePooled(m, "the pool emptied or its room was taken while it started")
 		return
 	}
+	l.pool.ended()
 	l.pool.waiting[m.id] = m
 	l.pool.poke()
 	l.mu.Unlock()

@@ -254,3 +254,90 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("after the restart: %v", names)
 	}
 }
+
+// TestWarmPoolConcurrentStarts: six starts at once against an owner's
+// limit of three and a pool of two: three run (two from the pool, one
+// cold), three are refused, and the engine never holds more than three of
+// the agent's containers.
+func TestWarmPoolConcurrentStarts(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	const agent = "cp_pool_many"
+	removeDeployment(t, agent)
+	r := newRig(t, agent, "", nil)
+	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 2 })
+	if _, err := r.l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pooledNames := waitPool(t, ctx, r, 2)
+
+	stopSampling := make(chan struct{})
+	most := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			if names := containers(t, agent, false); len(names) > n {
+				n = len(names)
+				t.Logf("containers: %v", names)
+			}
+			select {
+			case <-stopSampling:
+				most <- n
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	type result struct {
+		c   Computer
+		err error
+	}
+	results := make(chan result, 6)
+	for range 6 {
+		req, _ := request("many")
+		destroyAll(t, req.ComputerID)
+		go func() {
+			c, err := r.l.Create(ctx, req)
+			results <- result{c, err}
+		}()
+	}
+	var ran []Computer
+	refused := 0
+	for range 6 {
+		res := <-results
+		var le *Error
+		switch {
+		case res.err == nil:
+			ran = append(ran, res.c)
+		case errors.As(res.err, &le) && le.Code == CodeTooMany:
+			refused++
+		default:
+			t.Errorf("start: %v", res.err)
+		}
+	}
+	time.Sleep(2 * poolInterval) // a refill pass that would overfill has run
+	close(stopSampling)
+	if n := <-most; n > 3 {
+		t.Errorf("the engine held %d of the agent's containers at once; the owner allows 3", n)
+	}
+	fromPool := 0
+	for _, c := range ran {
+		if slices.Contains(pooledNames, c.MachineID) {
+			fromPool++
+		}
+	}
+	if len(ran) != 3 || refused != 3 || fromPool != 2 {
+		t.Fatalf("%d ran (%d from the pool), %d refused; want 3 (2), 3", len(ran), fromPool, refused)
+	}
+	if n := len(containers(t, agent, false)); n != 3 {
+		t.Fatalf("%d containers after the starts", n)
+	}
+	for _, c := range ran {
+		if err := r.l.Destroy(ctx, c.MachineID); err != nil { // by its container, as the supervisor names it
+			t.Fatal(err)
+		}
+		if s, err := r.led.Get(ctx, c.ComputerID); err != nil || s.Open() {
+			t.Fatalf("ledger after the stop of %s: %+v %v", c.ComputerID, s, err)
+		}
+	}
+}
