@@ -341,3 +341,55 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmPoolRestartAdoptsClaimed: a computer claimed from the pool (its
+// container named after its pool id) is adopted by a restarted agent,
+// survives a resync, and is stopped by its container's name with its
+// ledger row closed.
+func TestWarmPoolRestartAdoptsClaimed(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	const agent = "cp_pool_restart"
+	removeDeployment(t, agent)
+	dir := t.TempDir()
+	r := newRig(t, agent, dir, nil)
+	r.set(func(s *control.Settings) { s.WarmPoolSize = 1 })
+	if _, err := r.l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, ctx, r, 1)
+	req, tok := request("restart")
+	c, err := r.l.Create(ctx, req)
+	if err != nil || c.MachineID == docker.ContainerPrefix+req.ComputerID {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	r.l.Close()
+	if names := containers(t, agent, false); len(names) != 1 || names[0] != c.MachineID {
+		t.Fatalf("after the agent stopped: %v, want only %s", names, c.MachineID)
+	}
+
+	r2 := newRig(t, agent, dir, r.clk)
+	rep, err := r2.l.Start(ctx)
+	if err != nil || rep.Adopted != 1 || rep.Pool != 0 || rep.Prompts != 0 || rep.Cleaned != 0 {
+		t.Fatalf("restart: %+v %v", rep, err)
+	}
+	if err := r2.l.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	run, err := r2.l.lookup(req.ComputerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := computerd.NewClient(run.endpoint, tok).Exec(ctx, computerd.ExecRequest{Command: "echo adopted", TimeoutMs: 10000}); err != nil || x.Stdout != "adopted\n" {
+		t.Fatalf("exec after the restart: %+v %v", x, err)
+	}
+	if err := r2.l.Destroy(ctx, c.MachineID); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := r2.led.Get(ctx, req.ComputerID); err != nil || s.Open() {
+		t.Fatalf("ledger: %+v %v", s, err)
+	}
+	if names := containers(t, agent, false); slices.Contains(names, c.MachineID) {
+		t.Fatalf("after the stop: %v", names)
+	}
+}
