@@ -238,6 +238,13 @@ func (m *Modal) app(ctx context.Context, c map[string]string) (string, error) {
 	return res.AppID, nil
 }
 
+// forgetApp drops the app id cached for the connection's token.
+func (m *Modal) forgetApp(c map[string]string) {
+	m.mu.Lock()
+	delete(m.apps, c[CredTokenID])
+	m.mu.Unlock()
+}
+
 // Create makes the computer's secret, creates the sandbox and waits for
 // its tunnel.
 func (m *Modal) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
@@ -245,17 +252,23 @@ func (m *Modal) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if c[CredTokenID] == "" || c[CredTokenSecret] == "" {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: tokenId and tokenSecret are required", spec.ComputerID, providers.ErrBadCredentials)
 	}
+	// A failure before SandboxCreate made nothing that could run: it is
+	// definite (providers.ErrRefused), so the session is not left
+	// uncertain for a person to confirm.
 	appID, err := m.app(ctx, c)
 	if err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w (%w: no sandbox was made)", spec.ComputerID, err, providers.ErrRefused)
 	}
 	var sec struct {
 		SecretID string `json:"secretId"`
 	}
-	if _, err := m.call(ctx, c, "SecretGetOrCreate", map[string]any{
+	if code, err := m.call(ctx, c, "SecretGetOrCreate", map[string]any{
 		"objectCreationType": "OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP", "envDict": hosted.Env(spec), "appId": appID,
 	}, &sec); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: its secret: %w", spec.ComputerID, err)
+		if code == http.StatusNotFound {
+			m.forgetApp(c) // the app is gone: the next start makes it again
+		}
+		return providers.Machine{}, fmt.Errorf("create computer %s: its secret: %w (%w: no sandbox was made)", spec.ComputerID, err, providers.ErrRefused)
 	}
 	image := m.o.HeadlessImage
 	if spec.Image == providers.ImageDesktop {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,34 @@ func TestErrors(t *testing.T) {
 	s.Image = providers.ImageHeadless
 	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "im-missing") {
 		t.Errorf("unknown image: %v", err)
+	}
+}
+
+// TestBeforeTheSandbox: a failure before SandboxCreate made nothing, so
+// it is definite and no session waits for a person; an app removed on
+// Modal is made again by the next start.
+func TestBeforeTheSandbox(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	s := spec(creds)
+	f.FailNext(http.StatusServiceUnavailable) // AppGetOrCreate
+	_, err := p.Create(t.Context(), s)
+	if !errors.Is(err, providers.ErrUnavailable) || !errors.Is(err, providers.ErrRefused) {
+		t.Errorf("app lookup answered 503: %v, want an outage that is definite", err)
+	}
+	if _, err := p.Create(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	f.DeleteApp(modal.DefaultApp)
+	s.AttemptID = "a_2"
+	if _, err := p.Create(t.Context(), s); !errors.Is(err, providers.ErrRefused) {
+		t.Errorf("secret of an app that is gone: %v, want a definite failure", err)
+	}
+	s.AttemptID = "a_3"
+	if _, err := p.Create(t.Context(), s); err != nil {
+		t.Errorf("start after the app was removed: %v, want the app made again", err)
+	}
+	if n := len(f.Sandboxes()); n != 2 {
+		t.Errorf("%d sandboxes, want 2", n)
 	}
 }
 

@@ -128,6 +128,14 @@ func (f *Fake) Sandboxes() []Sandbox { return f.sandboxes.All() }
 // Exists reports whether a running sandbox is tagged label=value.
 func (f *Fake) Exists(label, value string) bool { return f.sandboxes.Exists(label, value) }
 
+// DeleteApp removes the app named name, as `modal app stop` and its
+// removal do; its sandboxes stay until they end.
+func (f *Fake) DeleteApp(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.apps, name)
+}
+
 func randomID(prefix string) string { return prefix + fakeapi.RandomHex(11) }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
