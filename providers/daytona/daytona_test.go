@@ -76,15 +76,7 @@ func TestCreateRequest(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	s := spec(creds)
 	s.Image = providers.ImageDesktop
-	m, err := p.Create(t.Context(), s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbs := f.Sandboxes()
-	if len(sbs) != 1 {
-		t.Fatalf("%d sandboxes", len(sbs))
-	}
-	sb := sbs[0]
+	m, sb := providertest.CreateOne(t, p, s, f.Sandboxes)
 	if sb.Snapshot != desktop || sb.Public || sb.State != "started" {
 		t.Errorf("sandbox %+v: want private, started, from %s", sb, desktop)
 	}

@@ -79,15 +79,7 @@ func TestCreateRequest(t *testing.T) {
 	f, p, key := newFake(t, nil)
 	spec := testSpec(key)
 	spec.Image = providers.ImageDesktop
-	m, err := p.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbs := f.Sandboxes()
-	if len(sbs) != 1 {
-		t.Fatalf("sandboxes: %d", len(sbs))
-	}
-	s := sbs[0]
+	m, s := providertest.CreateOne(t, p, spec, f.Sandboxes)
 	if s.TemplateID != desktop {
 		t.Errorf("template %q, want %q", s.TemplateID, desktop)
 	}

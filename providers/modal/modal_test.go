@@ -69,15 +69,7 @@ func spec(creds map[string]string) providers.Spec {
 func TestCreateRequest(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	s := spec(creds)
-	m, err := p.Create(t.Context(), s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sbs := f.Sandboxes()
-	if len(sbs) != 1 {
-		t.Fatalf("%d sandboxes", len(sbs))
-	}
-	sb := sbs[0]
+	m, sb := providertest.CreateOne(t, p, s, f.Sandboxes)
 	if sb.ImageID != desktop || sb.TimeoutSecs != 180 || len(sb.Ports) != 1 || sb.Ports[0] != computerd.Port {
 		t.Errorf("sandbox %+v: want image %s, timeout 180 s (lease plus grace), port 7070 open", sb, desktop)
 	}

@@ -88,3 +88,19 @@ func CheckCreated(t T, spec providers.Spec, labels, env map[string]string) {
 		}
 	}
 }
+
+// CreateOne creates a machine of spec with p on an empty backend and
+// returns it with the one machine the backend then holds (all lists
+// them), failing the test otherwise.
+func CreateOne[S any](t T, p providers.Provider, spec providers.Spec, all func() []S) (providers.Machine, S) {
+	t.Helper()
+	m, err := p.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	held := all()
+	if len(held) != 1 {
+		t.Fatalf("the backend holds %d machines after one create, want 1", len(held))
+	}
+	return m, held[0]
+}

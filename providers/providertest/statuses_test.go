@@ -7,6 +7,7 @@ import (
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/providers/providertest"
 )
 
@@ -85,5 +86,22 @@ func TestCheckCreated(t *testing.T) {
 		if r := runRecorded(t, func(rt providertest.T) { providertest.CheckCreated(rt, spec, labels, env) }); !r.Failed() {
 			t.Errorf("%s passed", name)
 		}
+	}
+}
+
+// TestCreateOne returns the one machine a create made, and fails when
+// the backend holds another.
+func TestCreateOne(t *testing.T) {
+	p := fake.New(t.TempDir(), nil)
+	defer p.Close()
+	spec := providers.Spec{ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", TokenHash: "h"}
+	list := func() []providers.Machine { ms, _ := p.List(t.Context()); return ms }
+	var m, held providers.Machine
+	if r := runRecorded(t, func(rt providertest.T) { m, held = providertest.CreateOne(rt, p, spec, list) }); r.Failed() || m.ID == "" || held.ID != m.ID {
+		t.Errorf("first create: %s, %+v %+v", r.firstFailure(), m, held)
+	}
+	spec.ComputerID, spec.SessionID, spec.AttemptID = "c2", "s_c2", "a_2"
+	if r := runRecorded(t, func(rt providertest.T) { providertest.CreateOne(rt, p, spec, list) }); !r.Failed() {
+		t.Error("a second machine on the backend passed")
 	}
 }
