@@ -17,6 +17,7 @@ package daytona
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -215,6 +216,17 @@ func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: the answer names no sandbox", spec.ComputerID, providers.ErrUnavailable)
 	}
 	if err := d.awaitStarted(ctx, c, &sb); err != nil {
+		if errors.Is(err, errWillNotStart) {
+			// Nothing will run: remove the sandbox, so that the failure is
+			// definite and no session waits, uncertain, for a person.
+			dctx, cancel := context.WithTimeout(providers.WithCredentials(context.WithoutCancel(ctx), c), destroyTimeout)
+			derr := d.Destroy(dctx, sb.ID)
+			cancel()
+			if derr == nil {
+				return providers.Machine{}, fmt.Errorf("create computer %s: sandbox %s: %w (%w: it was removed)", spec.ComputerID, sb.ID, err, providers.ErrRefused)
+			}
+			d.log.Warn("removing a sandbox that failed to start", "sandbox", sb.ID, "err", derr)
+		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: sandbox %s: %w", spec.ComputerID, sb.ID, err)
 	}
 	m, err := d.machine(ctx, c, sb)
@@ -233,6 +245,9 @@ func sandboxName(spec providers.Spec) string {
 	return "berth-" + spec.ComputerID + "-" + spec.AttemptID
 }
 
+// errWillNotStart marks a sandbox that has failed to start or ended.
+var errWillNotStart = errors.New("it will not start")
+
 // awaitStarted polls the sandbox until it has started.
 func (d *Daytona) awaitStarted(ctx context.Context, c map[string]string, sb *sandbox) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
@@ -240,9 +255,9 @@ func (d *Daytona) awaitStarted(ctx context.Context, c map[string]string, sb *san
 	for sb.State != "started" {
 		switch sb.State {
 		case "error", "build_failed":
-			return fmt.Errorf("%w: it failed to start: %s", providers.ErrUnavailable, sb.ErrorReason)
+			return fmt.Errorf("%w: it failed to start: %s (%w)", providers.ErrUnavailable, sb.ErrorReason, errWillNotStart)
 		case "destroyed", "destroying", "stopped", "archived":
-			return fmt.Errorf("%w: it is %s", providers.ErrUnavailable, sb.State)
+			return fmt.Errorf("%w: it is %s (%w)", providers.ErrUnavailable, sb.State, errWillNotStart)
 		}
 		select {
 		case <-ctx.Done():

@@ -155,6 +155,20 @@ func TestLeftoverOfTheSameComputer(t *testing.T) {
 	}
 }
 
+// TestStartFails: a sandbox that ends in "error" instead of starting is
+// removed, and the failure is definite, with Daytona's reason.
+func TestStartFails(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	f.FailNextStart("no runner could pull the snapshot")
+	_, err := p.Create(t.Context(), spec(creds))
+	if !errors.Is(err, providers.ErrRefused) || !errors.Is(err, providers.ErrUnavailable) || !strings.Contains(err.Error(), "no runner could pull") {
+		t.Errorf("failed start: %v, want a definite outage with the reason", err)
+	}
+	if sbs := f.Sandboxes(); len(sbs) != 0 {
+		t.Errorf("sandboxes left: %+v", sbs)
+	}
+}
+
 func TestListPages(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	f.SetPageSize(2)

@@ -55,6 +55,7 @@ type Sandbox struct {
 	AutoStopInterval int
 	AutoDelete       *int
 	Token            string
+	ErrorReason      string
 	computer         *fakeapi.Computer
 }
 
@@ -69,7 +70,12 @@ type Fake struct {
 	dir       string
 	sandboxes *fakeapi.Fleet[Sandbox]
 	pageSize  atomic.Int32
+	failStart atomic.Pointer[string] // the next sandbox fails to start with this reason
 }
+
+// FailNextStart makes the next sandbox end in state "error" with reason
+// instead of starting, as one does when its runner cannot start it.
+func (f *Fake) FailNextStart(reason string) { f.failStart.Store(&reason) }
 
 // New starts a fake Daytona that accepts key and knows snapshots.
 func New(t T, key string, snapshots ...string) *Fake {
@@ -128,7 +134,7 @@ func (f *Fake) dto(s Sandbox) map[string]any {
 		"id": s.ID, "organizationId": "org", "name": s.Name, "snapshot": s.Snapshot, "user": "daytona",
 		"env": s.Env, "labels": s.Labels, "public": s.Public, "networkBlockAll": false, "target": "us",
 		"cpu": 1, "gpu": 0, "memory": 2, "disk": 10, "state": s.State, "autoStopInterval": s.AutoStopInterval,
-		"toolboxProxyUrl": "http://" + ProxyDomain + "/toolbox",
+		"toolboxProxyUrl": "http://" + ProxyDomain + "/toolbox", "errorReason": s.ErrorReason,
 	}
 }
 
@@ -178,25 +184,31 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 	if s.Name == "" {
 		s.Name = s.ID
 	}
+	if reason := f.failStart.Swap(nil); reason != nil {
+		s.ErrorReason = *reason
+	}
 	dto := f.dto(*s)
 	f.sandboxes.Add(s.ID, s)
 	fakeapi.WriteJSON(w, http.StatusOK, dto)
 }
 
 // get answers a sandbox and moves it one step on: creating, starting,
-// started; a destroying one is gone.
+// started (or creating, error after FailNextStart); a destroying one is
+// gone.
 func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 	var dto map[string]any
 	f.sandboxes.Do(r.PathValue("id"), func(s *Sandbox) bool {
 		if s == nil {
 			return false
 		}
-		switch s.State {
-		case "creating":
+		switch {
+		case s.State == "creating" && s.ErrorReason != "":
+			s.State = "error"
+		case s.State == "creating":
 			s.State = "starting"
-		case "starting":
+		case s.State == "starting":
 			s.State = "started"
-		case "destroying":
+		case s.State == "destroying":
 			return true
 		}
 		dto = f.dto(*s)
