@@ -151,7 +151,41 @@ type Session struct {
 	// headless session, and until the supervisor's first call to the
 	// computer has passed through the agent.
 	ViewURL string `json:"viewUrl,omitempty"`
+	// State is the session as the owner sees it: running, stopping,
+	// cleanup_failed or uncertain (the Session states). StateReason says
+	// why when it is not running: the last removal's error, or why the
+	// agent cannot tell whether the computer exists.
+	State       string `json:"state"`
+	StateReason string `json:"stateReason,omitempty"`
+	// FailedAttempts counts the removals of the computer that failed in a
+	// row; NextAttempt is when the agent tries again by itself.
+	FailedAttempts int       `json:"failedAttempts,omitempty"`
+	NextAttempt    time.Time `json:"nextAttempt,omitzero"`
+	// Machine is the computer's Docker container, for removing it by hand
+	// (docker rm -f MACHINE removes it; its network and volume carry the
+	// same computer id).
+	Machine string `json:"machine,omitempty"`
 }
+
+// Session states (Session.State).
+const (
+	// SessionRunning: the computer runs and nothing is wrong.
+	SessionRunning = "running"
+	// SessionStopping: the session was ended but removing its computer
+	// failed; the agent keeps it and tries again.
+	SessionStopping = "stopping"
+	// SessionCleanupFailed: removing the computer failed CleanupFailedAfter
+	// times in a row. The agent still tries again, but the owner should
+	// look: stop it again, or remove the container by hand.
+	SessionCleanupFailed = "cleanup_failed"
+	// SessionUncertain: the agent cannot tell whether the computer exists
+	// (Docker does not answer about it).
+	SessionUncertain = "uncertain"
+)
+
+// CleanupFailedAfter is how many removals of a computer must fail in a row
+// before its session is cleanup_failed rather than stopping.
+const CleanupFailedAfter = 3
 
 // OwnerViewKey is the key of a desktop session's owner link (Session.ViewURL),
 // the supervisor's /view/{session}/owner?key=KEY: base64url of HMAC-SHA256

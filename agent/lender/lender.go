@@ -111,6 +111,7 @@ type Lender struct {
 	retired   []Docker   // instances for earlier sizes, closed with the lender
 	sized     [2]float64 // the cpus and memoryMB docker was built for
 	running   map[string]*computer
+	ending    map[string]*computer // being removed; shown to the owner as stopping
 	starting  map[string]reservation
 	approvals map[string]*approval
 	prompts   []*control.CleanupPrompt
@@ -129,6 +130,11 @@ type computer struct {
 	mu    sync.Mutex
 	token string // the supervisor's token for it, seen on a proxied call; memory only
 	prev  cpuSample
+	// removeFails counts the removals that failed in a row, removeErr is
+	// the last one's error and retryAt when the agent tries again.
+	removeFails int
+	removeErr   string
+	retryAt     time.Time
 }
 
 type cpuSample struct {
@@ -171,6 +177,7 @@ func New(cfg Config) (*Lender, error) {
 		done:       make(chan struct{}),
 		settings:   s,
 		running:    map[string]*computer{},
+		ending:     map[string]*computer{},
 		starting:   map[string]reservation{},
 		approvals:  map[string]*approval{},
 		relay:      control.RelayStatus{URL: cfg.RelayURL},
@@ -518,9 +525,10 @@ const removeRetry = time.Minute
 // not. It runs with l.mu held.
 func (l *Lender) watch(c *computer) { l.watchAfter(c, 0) }
 
-// watchAfter is watch, waiting at least atLeast.
-func (l *Lender) watchAfter(c *computer, atLeast time.Duration) {
-	wait := max(c.s.ExpiresAt.Add(l.cfg.ExpiryGrace).Sub(l.clk.Now()), atLeast)
+// watchAfter is watch, waiting at least atLeast; it returns when it ends c.
+func (l *Lender) watchAfter(c *computer, atLeast time.Duration) time.Time {
+	now := l.clk.Now()
+	wait := max(c.s.ExpiresAt.Add(l.cfg.ExpiryGrace).Sub(now), atLeast)
 	timer := l.clk.After(wait)
 	l.wg.Go(func() {
 		select {
@@ -535,6 +543,7 @@ func (l *Lender) watchAfter(c *computer, atLeast time.Duration) {
 		case <-l.done:
 		}
 	})
+	return now.Add(wait)
 }
 
 // end removes a running computer and closes its ledger row.
@@ -543,6 +552,7 @@ func (l *Lender) end(ctx context.Context, computerID, reason string) error {
 	c := l.running[computerID]
 	if c != nil {
 		delete(l.running, computerID)
+		l.ending[computerID] = c
 		close(c.stop)
 	}
 	l.mu.Unlock()
@@ -551,19 +561,35 @@ func (l *Lender) end(ctx context.Context, computerID, reason string) error {
 		machine = c.s.MachineID
 	}
 	d, err := l.provider()
-	if err != nil {
+	if err == nil {
+		err = d.Destroy(ctx, machine)
+	}
+	failed := err != nil && !errors.Is(err, providers.ErrNotFound)
+	if c != nil {
+		l.mu.Lock()
+		if l.ending[computerID] == c {
+			delete(l.ending, computerID)
+		}
+		// On a failed removal keep it, watched again, so that a retry finds it.
+		if failed && !l.closed && l.running[computerID] == nil {
+			c.stop = make(chan struct{})
+			l.running[computerID] = c
+			next := l.watchAfter(c, removeRetry)
+			c.mu.Lock()
+			c.removeFails++
+			c.removeErr, c.retryAt = err.Error(), next
+			fails := c.removeFails
+			c.mu.Unlock()
+			if fails == control.CleanupFailedAfter {
+				l.log.Error("computer cannot be removed; the owner is told", "computer", computerID, "attempts", fails, "err", err)
+			}
+		}
+		l.mu.Unlock()
+	}
+	if errors.Is(err, ErrClosed) {
 		return err
 	}
-	if err := d.Destroy(ctx, machine); err != nil && !errors.Is(err, providers.ErrNotFound) {
-		if c != nil { // keep it, watched again, so that a retry finds it
-			l.mu.Lock()
-			if !l.closed && l.running[computerID] == nil {
-				c.stop = make(chan struct{})
-				l.running[computerID] = c
-				l.watchAfter(c, removeRetry)
-			}
-			l.mu.Unlock()
-		}
+	if failed {
 		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "remove computer %s: %v", computerID, err)
 	}
 	end := l.clk.Now()

@@ -2,6 +2,7 @@ package lender
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/providers"
 )
 
 // This file is what the owner sees and changes, through agent/control.
@@ -63,9 +65,14 @@ func (l *Lender) setRelay(online bool, err error) {
 // Sessions lists the running computers with their live CPU and memory.
 func (l *Lender) Sessions(ctx context.Context) []control.Session {
 	l.mu.Lock()
-	cs := make([]*computer, 0, len(l.running))
+	cs := make([]*computer, 0, len(l.running)+len(l.ending))
 	for _, c := range l.running {
 		cs = append(cs, c)
+	}
+	ending := map[*computer]bool{}
+	for _, c := range l.ending {
+		cs = append(cs, c)
+		ending[c] = true
 	}
 	d := l.docker
 	l.mu.Unlock()
@@ -78,11 +85,17 @@ func (l *Lender) Sessions(ctx context.Context) []control.Session {
 			Provider: Provider, Image: c.s.Image, Started: c.s.StartedAt, Expires: c.s.ExpiresAt,
 			TimeLeftSeconds: max(0, int64(c.s.ExpiresAt.Sub(now).Seconds())),
 			ViewURL:         l.viewURL(c),
+			Machine:         c.s.MachineID,
 		}
+		sessionState(c, ending[c], &s)
 		if d == nil {
 			s.StatsError = "Docker not reachable"
 		} else if st, err := d.Stats(ctx, c.s.MachineID); err != nil {
 			s.StatsError = err.Error()
+			if s.State == control.SessionRunning && errors.Is(err, providers.ErrUnavailable) {
+				s.State = control.SessionUncertain
+				s.StateReason = "Docker does not answer, so the agent cannot tell whether this computer still exists: " + err.Error()
+			}
 		} else {
 			s.MemoryBytes, s.MemoryLimitBytes = st.MemoryBytes, st.MemoryLimitBytes
 			at := time.Now()
@@ -100,6 +113,27 @@ func (l *Lender) Sessions(ctx context.Context) []control.Session {
 		out = append(out, s)
 	}
 	return out
+}
+
+// sessionState sets s's state: stopping while c is being removed (ending)
+// or after a failed removal, cleanup_failed after
+// control.CleanupFailedAfter failed removals in a row.
+func sessionState(c *computer, ending bool, s *control.Session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.State = control.SessionRunning
+	if c.removeFails == 0 && !ending {
+		return
+	}
+	s.State = control.SessionStopping
+	if c.removeFails == 0 {
+		s.StateReason = "its computer is being removed"
+		return
+	}
+	if c.removeFails >= control.CleanupFailedAfter {
+		s.State = control.SessionCleanupFailed
+	}
+	s.StateReason, s.FailedAttempts, s.NextAttempt = c.removeErr, c.removeFails, c.retryAt
 }
 
 // StopSession stops a running computer for the owner.

@@ -32,6 +32,11 @@ type promptsView struct {
 	noticeRows  map[string]noticeRow
 	cleanupCard *widget.Card
 	cleanupKey  string
+	// troubles are the sessions that are uncertain or whose cleanup
+	// failed (troubles.go), shown in troublesCard.
+	troubles     map[string]*troubleRow
+	troublesCard *widget.Card
+	troublesKey  string
 }
 
 type noticeRow struct {
@@ -46,6 +51,7 @@ func newPromptsView(u *UI) *promptsView {
 		approvals: map[string]*approvalCard{},
 		leftovers: map[string]*leftoverRow{},
 		notices:   map[string]string{},
+		troubles:  map[string]*troubleRow{},
 	}
 	p.budget = widget.NewLabel("")
 	p.budget.Wrapping = fyne.TextWrapWord
@@ -129,6 +135,8 @@ func (p *promptsView) apply(s snapshot, now time.Time) {
 			delete(p.leftovers, id)
 		}
 	}
+
+	p.applyTroubles(s.sessions, now)
 
 	if agentlink.NearlySpent(s.usage) {
 		if key := "budget:" + s.usage.Today.Day; !p.u.notified[key] {
@@ -225,8 +233,9 @@ func (p *promptsView) resolve(r *leftoverRow, remove bool) {
 	})
 }
 
-// layout puts the prompts in order: notices, the budget warning,
-// approvals (soonest deadline first), then the leftovers.
+// layout puts the prompts in order: notices, the sessions that need the
+// owner, the budget warning, approvals (soonest deadline first), then the
+// leftovers.
 func (p *promptsView) layout() {
 	var objs []fyne.CanvasObject
 	keys := make([]string, 0, len(p.notices))
@@ -248,6 +257,9 @@ func (p *promptsView) layout() {
 		if _, ok := p.notices[k]; !ok {
 			delete(p.noticeRows, k)
 		}
+	}
+	if c := p.troubleCard(); c != nil {
+		objs = append(objs, c)
 	}
 	if p.budget.Text != "" {
 		objs = append(objs, p.budgetRow)
