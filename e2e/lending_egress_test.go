@@ -270,7 +270,7 @@ func TestLendingEgress(t *testing.T) {
 
 	logs := &logBuf{t: t}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	const agentID = "cp_egress"
+	agentID := fmt.Sprintf("cp_egress_%x", b) // its own, so that another run's agent never takes its computers for leftovers
 	rs := relayserver.New(relayserver.Config{Logger: log, Authenticate: func(string) (string, bool) { return agentID, true }})
 	mux := http.NewServeMux()
 	mux.Handle(relay.ConnectPath, rs)

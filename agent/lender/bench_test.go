@@ -96,7 +96,7 @@ func BenchmarkLentCreate(b *testing.B) {
 	requireDocker(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	const agent = "cp_bench_pool"
+	agent := uniqueAgent("cp_bench_pool")
 	removeDeployment(b, agent)
 	r := newRig(b, agent, "", nil)
 	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 1 })

@@ -2,6 +2,8 @@ package lender
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os/exec"
 	"slices"
@@ -15,6 +17,14 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
+
+// uniqueAgent is an agent id of its own for this run: another run of the
+// same tests on the same engine never takes its computers for leftovers.
+func uniqueAgent(prefix string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
 
 // containers lists the names of the containers an agent's deployment has
 // on the engine; pool limits them to those waiting in a warm pool.
@@ -104,7 +114,7 @@ func waitPool(t testing.TB, ctx context.Context, r *rig, want int) []string {
 func TestWarmPool(t *testing.T) {
 	requireDocker(t)
 	ctx := testContext(t, 3*time.Minute)
-	const agent = "cp_pool"
+	agent := uniqueAgent("cp_pool")
 	removeDeployment(t, agent)
 	r := newRig(t, agent, "", nil)
 	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 2 })
@@ -262,7 +272,7 @@ func TestWarmPool(t *testing.T) {
 func TestWarmPoolConcurrentStarts(t *testing.T) {
 	requireDocker(t)
 	ctx := testContext(t, 2*time.Minute)
-	const agent = "cp_pool_many"
+	agent := uniqueAgent("cp_pool_many")
 	removeDeployment(t, agent)
 	r := newRig(t, agent, "", nil)
 	r.set(func(s *control.Settings) { s.MaxComputers = 3; s.WarmPoolSize = 2 })
@@ -349,7 +359,7 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 func TestWarmPoolRestartAdoptsClaimed(t *testing.T) {
 	requireDocker(t)
 	ctx := testContext(t, 2*time.Minute)
-	const agent = "cp_pool_restart"
+	agent := uniqueAgent("cp_pool_restart")
 	removeDeployment(t, agent)
 	dir := t.TempDir()
 	r := newRig(t, agent, dir, nil)
