@@ -93,8 +93,17 @@ func TestTwoSupervisorsOnePostgres(t *testing.T) {
 	if len(usage.Rows) != 1 || usage.Rows[0].Seconds != agents*60 || usage.Rows[0].Sessions != agents {
 		t.Fatalf("usage %+v, want %d sessions of 60 s", usage.Rows, agents)
 	}
-	expired := strings.Count(a.logs.String(), `msg="session expired"`) + strings.Count(b.logs.String(), `msg="session expired"`)
-	destroyed := strings.Count(a.logs.String(), `msg="computer destroyed"`) + strings.Count(b.logs.String(), `msg="computer destroyed"`)
+	// A container is gone a moment before its supervisor logs it, so the
+	// counts may lag the engine: wait for them (bounded), then require
+	// exactly one reap and one destroy per session.
+	var expired, destroyed int
+	for logDeadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		expired = strings.Count(a.logs.String(), `msg="session expired"`) + strings.Count(b.logs.String(), `msg="session expired"`)
+		destroyed = strings.Count(a.logs.String(), `msg="computer destroyed"`) + strings.Count(b.logs.String(), `msg="computer destroyed"`)
+		if (expired >= agents && destroyed >= agents) || time.Now().After(logDeadline) {
+			break
+		}
+	}
 	if expired != agents || destroyed != agents {
 		t.Fatalf("reaped %d times and destroyed %d times for %d sessions: double work", expired, destroyed, agents)
 	}
