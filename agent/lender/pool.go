@@ -194,15 +194,15 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r CreateRequest, day strin
 	return &computer{s: ls, endpoint: m.endpoint, stop: make(chan struct{})}, nil
 }
 
-// makeRoom removes waiting computers until the running, starting, waiting,
-// creating and removing computers fit the owner's MaxComputers, waiting for
+// makeRoom removes waiting computers until the running, ending, starting,
+// waiting, creating and removing computers fit the owner's MaxComputers, waiting for
 // creates and removals in flight where only they are over it.
 func (l *Lender) makeRoom(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		l.pool.init()
 		p := &l.pool
-		over := len(l.running) + len(l.starting) + len(p.waiting) + p.creating + p.removing - l.settings.MaxComputers
+		over := len(l.running) + len(l.ending) + len(l.starting) + len(p.waiting) + p.creating + p.removing - l.settings.MaxComputers
 		if over <= 0 || (len(p.waiting) == 0 && p.creating == 0 && p.removing == 0) {
 			l.mu.Unlock()
 			return nil
@@ -333,7 +333,7 @@ func (l *Lender) fillPool() {
 		l.pool.removing++
 		drop = append(drop, m)
 	}
-	room := s.MaxComputers - len(l.running) - len(l.starting) - len(l.pool.waiting) - l.pool.creating - l.pool.removing
+	room := s.MaxComputers - len(l.running) - len(l.ending) - len(l.starting) - len(l.pool.waiting) - l.pool.creating - l.pool.removing
 	need := min(want-len(l.pool.waiting)-l.pool.creating, room, poolCreators-l.pool.creating)
 	if shrink || !grow || time.Now().Before(l.pool.retryAt) {
 		need = 0
@@ -376,7 +376,7 @@ func (l *Lender) createPooled(d Docker, pl Pooler, gen uint64) {
 		return
 	}
 	l.pool.failWait = 0
-	over := len(l.running)+len(l.starting)+len(l.pool.waiting)+l.pool.creating+l.pool.removing >= l.settings.MaxComputers
+	over := len(l.running)+len(l.ending)+len(l.starting)+len(l.pool.waiting)+l.pool.creating+l.pool.removing >= l.settings.MaxComputers
 	if l.closed || gen != l.pool.gen || over || len(l.pool.waiting) >= l.settings.WarmPoolSize {
 		l.pool.removing++ // its container counts until it is gone
 		l.mu.Unlock()
