@@ -403,3 +403,25 @@ func TestWarmPoolRestartAdoptsClaimed(t *testing.T) {
 		t.Fatalf("after the stop: %v", names)
 	}
 }
+
+// TestWarmPoolAllowedHours: outside the owner's allowed hours the pool
+// holds nothing; inside them it fills, and it empties again when they end.
+func TestWarmPoolAllowedHours(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	agent := uniqueAgent("cp_pool_hours")
+	removeDeployment(t, agent)
+	r := newRig(t, agent, "", nil) // Monday 10:00 in Berlin
+	r.set(func(s *control.Settings) { s.WarmPoolSize = 1; s.Hours = control.Hours{From: "12:00", To: "13:00"} })
+	if _, err := r.l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * poolInterval)
+	if st := r.l.PoolStatus(); st.Waiting != 0 || st.Creating != 0 || len(waiting(t, r)) != 0 {
+		t.Fatalf("outside the allowed hours: %+v", st)
+	}
+	r.clk.Advance(2*time.Hour + 30*time.Minute) // 12:30
+	waitPool(t, ctx, r, 1)
+	r.clk.Advance(time.Hour) // 13:30
+	waitPool(t, ctx, r, 0)
+}
