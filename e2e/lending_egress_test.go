@@ -232,7 +232,8 @@ func (z lendResolver) LookupNetIP(ctx context.Context, network, host string) ([]
 // makes) answers, while the lender's own addresses (a public-looking one
 // included), its loopback, the metadata address, a LAN address and the
 // Docker gateway are refused with 403; a direct connection fails; the
-// proxy the supervisor named is replaced by the agent's; and with the
+// proxy the supervisor named is replaced by the agent's; a CONNECT tunnel
+// reaches the namespace's TLS port; and with the
 // owner's egress setting off a new computer has no proxy at all and the
 // proxy lets nobody through.
 func TestLendingEgress(t *testing.T) {
@@ -267,6 +268,11 @@ func TestLendingEgress(t *testing.T) {
 	upstream.Listener = ns.listen(t, netip.AddrPortFrom(ns.addr, 80).String())
 	upstream.Start()
 	defer upstream.Close()
+	secure := httptest.NewUnstartedServer(http.NotFoundHandler())
+	secure.Listener.Close()
+	secure.Listener = ns.listen(t, netip.AddrPortFrom(ns.addr, 443).String())
+	secure.StartTLS()
+	defer secure.Close()
 
 	logs := &logBuf{t: t}
 	log := slog.New(slog.NewTextHandler(logs, nil))
@@ -393,6 +399,13 @@ func TestLendingEgress(t *testing.T) {
 		if x.ExitCode != 0 || !strings.Contains(x.Stdout, "hello from") {
 			t.Fatalf("%s through the agent's proxy: %+v", target, x)
 		}
+	}
+	// A tunnel (CONNECT, as for https) to the namespace's TLS port.
+	x = run(cl, `u=${HTTP_PROXY#http://}; cred=${u%@*}; hp=${u#*@}; `+
+		`(printf 'CONNECT allowed.lend.test:443 HTTP/1.1\r\nHost: allowed.lend.test:443\r\nProxy-Authorization: Basic %s\r\n\r\n' "$(printf %s "$cred" | base64 | tr -d '\n')"; sleep 2) `+
+		`| nc -w 5 ${hp%:*} ${hp#*:} | head -1`)
+	if !strings.HasPrefix(x.Stdout, "HTTP/1.1 200") {
+		t.Fatalf("CONNECT through the agent's proxy: %+v", x)
 	}
 	// What the lender's proxy refuses.
 	gateway := computerGateway(t, run(cl, `awk '$2 == "00000000" {print $3}' /proc/net/route`).Stdout)
