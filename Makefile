@@ -37,13 +37,20 @@ test-short: ## run the tests that need no Docker engine
 # make bench prints one table (e2e/benchtable): a row per figure a benchmark
 # reports, with its baseline from the same run, their ratio and the target.
 # Benchmarks in BENCH_PKGS run at the default benchtime; add packages there.
+# The live-view benchmarks (real desktops and Chromium, seconds per
+# iteration) run 3 times each. The load average before and after goes with
+# the table, the machine being shared.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
 BENCH_PKGS ?= ./supervisor/store/... ./supervisor/egress/ ./relay/... ./agent/lender/ ./app/ui/
+BENCH_TIMEOUT ?= 30m
 bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
-	@{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density' -benchtime 10x -count 1 ./e2e/ ./providers/docker/; \
-	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 ./e2e/; \
-	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 ./supervisor/api/; \
-	   $(GO) test -run '^$$' -bench . -count 1 $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE)
+	@echo "load before: $$(uptime)"; \
+	{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density|LiveView' -benchtime 10x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/ ./providers/docker/; \
+	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
+	   $(GO) test -run '^$$' -bench LiveView -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
+	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/api/; \
+	   $(GO) test -run '^$$' -bench . -count 1 -timeout $(BENCH_TIMEOUT) $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE); \
+	rc=$$?; echo "load after: $$(uptime)"; exit $$rc
 
 bench-density: docker images ## start BERTH_DENSITY_N (default 100) idle headless computers: how many fit, memory each, supervisor RSS
 	@BERTH_BENCH_DENSITY=1 $(GO) test -run '^$$' -bench Density -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | $(BENCH_TABLE)

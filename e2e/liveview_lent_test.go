@@ -55,7 +55,11 @@ type lentRig struct {
 // stops when tb ends; ctx bounds the setup.
 func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs ...string) *lentRig {
 	tb.Helper()
-	life, endLife := context.WithTimeout(context.Background(), 10*time.Minute)
+	lifetime := 10 * time.Minute
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) > lifetime {
+		lifetime = time.Until(dl) // a long benchmark outlives the default
+	}
+	life, endLife := context.WithTimeout(context.Background(), lifetime)
 	tb.Cleanup(endLife)
 	log := slog.New(slog.NewTextHandler(testWriter{tb}, nil))
 	const relayToken = "e2e-relay-token-0123456789"
@@ -290,7 +294,7 @@ func lentLiveView(t *testing.T, turnListen string) {
 func BenchmarkLiveViewLent(b *testing.B) {
 	requireDocker(b, desktopImage)
 	requireChromium(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), liveBenchDeadline(b, 3*time.Minute))
 	defer cancel()
 	direct := startLentRig(b, ctx, ":0", "docker", "local")
 	forwarded := startLentRig(b, ctx, "127.0.0.1:0", "local")

@@ -450,11 +450,22 @@ type liveBench struct {
 	ctx   context.Context
 }
 
-func newLiveBench(b *testing.B) *liveBench {
+// liveBenchDeadline bounds a live-view benchmark: a fixed set-up budget
+// (the desktop computer, the browser's first start) plus perIter for each
+// of b.N iterations, each of which opens pages, waits for their encoders
+// to stop and measures for seconds. A deadline fixed regardless of b.N
+// ran out part-way through larger runs on a loaded machine, and every
+// later step (the next browser's start first) failed with "context
+// deadline exceeded".
+func liveBenchDeadline(b *testing.B, perIter time.Duration) time.Duration {
+	return 3*time.Minute + time.Duration(b.N)*perIter
+}
+
+func newLiveBench(b *testing.B, perIter time.Duration) *liveBench {
 	b.Helper()
 	requireDocker(b, desktopImage)
 	requireChromium(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), liveBenchDeadline(b, perIter))
 	b.Cleanup(cancel)
 	s := startLiveSupervisor(b)
 	startDesktop(s, "bench")
@@ -462,7 +473,9 @@ func newLiveBench(b *testing.B) *liveBench {
 }
 
 // open issues a view link and opens it (with ?codec= when set) in a new
-// browser, waiting for decoded frames.
+// browser, waiting for decoded frames. The caller closes the browser with
+// chromedp.Cancel when done with the page, so that no Chromium outlives its
+// measurement and loads the next one.
 func (lb *liveBench) open(b *testing.B, codec string) (context.Context, liveview.Grant) {
 	b.Helper()
 	var g liveview.Grant
@@ -526,8 +539,9 @@ type latencyLog struct {
 // frame first shows it. The baseline is the frame interval measured in
 // the same run (66.7 ms at 15 fps). Target: median at most 100 ms.
 func BenchmarkLiveViewLatency(b *testing.B) {
-	lb := newLiveBench(b)
+	lb := newLiveBench(b, time.Minute)
 	bctx, _ := lb.open(b, "")
+	defer chromedp.Cancel(bctx)
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](latencyJS)); err != nil {
 		b.Fatal(err)
 	}
@@ -626,11 +640,12 @@ func ordinaryScreen(b *testing.B, lb *liveBench) func() {
 // encoder (the fallback) measured the same way in the same run. Target:
 // H264 at most 20% of one core.
 func BenchmarkLiveViewEncoderCPU(b *testing.B) {
-	lb := newLiveBench(b)
+	lb := newLiveBench(b, 3*time.Minute)
 	stop := ordinaryScreen(b, lb)
 	defer func() { stop() }()
 	measure := func(codec string) (cpu, kbps float64) {
 		bctx, g := lb.open(b, codec)
+		defer chromedp.Cancel(bctx)
 		time.Sleep(2 * time.Second)
 		v1, _ := chromedp.Run(bctx, chromedp.Evaluate[map[string]any](`window.berthView`))
 		t1 := time.Now()
@@ -672,7 +687,7 @@ func BenchmarkLiveViewEncoderCPU(b *testing.B) {
 // just issued, which starts it) and cold (the encoder had stopped). The
 // cold case is the baseline. Target: at most 1.5 s for both.
 func BenchmarkLiveViewFirstFrame(b *testing.B) {
-	lb := newLiveBench(b)
+	lb := newLiveBench(b, 2*time.Minute)
 	first := func(cold bool) float64 {
 		var g liveview.Grant
 		lb.s.must("POST", "/v1/agents/"+lb.agent+"/computer/view", nil, 201, &g)
@@ -682,6 +697,7 @@ func BenchmarkLiveViewFirstFrame(b *testing.B) {
 			time.Sleep(300 * time.Millisecond) // the page opens a moment after the link
 		}
 		bctx := browser(b, lb.ctx)
+		defer chromedp.Cancel(bctx)
 		if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
 			b.Fatal(err)
 		}

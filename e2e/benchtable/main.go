@@ -11,7 +11,12 @@
 // direct-MB/s), or the only baseline the benchmark has; a single baseline
 // left over with a reported ratio goes to the figure that ratio fits. A benchmark that
 // reports nothing of its own shows its ns/op. New benchmarks need no change
-// here; a target is added to the targets table below.
+// here; a target is added to the targets table below. A benchmark with one
+// figure and several baselines (relayed-µs/op against direct-µs/op and
+// docker-exec-µs/op) gets a row per baseline: the first is the one its
+// unit names, which a reported ratio and the figure's target belong to;
+// the others have their ratio computed and a target only when one is
+// listed under "figure vs baseline-unit".
 //
 // Failures (FAIL lines, a failed benchmark's messages, panics) are shown
 // after the table and make the exit status 1; other lines (logs) are
@@ -30,26 +35,48 @@ import (
 	"strings"
 )
 
-// target is what a figure must reach.
+// target is what a figure must reach, checked on its row: the figure, the
+// baseline and the ratio measured. bound, when set, names the limit the
+// row's own baseline gives.
 type target struct {
-	text string
-	ok   func(value, ratio float64, hasRatio bool) bool
+	text  string
+	ok    func(r row) bool
+	bound func(r row) string
 }
 
 func atMost(v float64, unit string) target {
-	return target{fmt.Sprintf("at most %g %s", v, unit), func(x, _ float64, _ bool) bool { return x <= v }}
+	return target{text: fmt.Sprintf("at most %g %s", v, unit), ok: func(r row) bool { return r.ours <= v }}
 }
 
 func atLeast(v float64, unit string) target {
-	return target{fmt.Sprintf("at least %g %s", v, unit), func(x, _ float64, _ bool) bool { return x >= v }}
+	return target{text: fmt.Sprintf("at least %g %s", v, unit), ok: func(r row) bool { return r.ours >= v }}
 }
 
 func ratioAtMost(v float64) target {
-	return target{fmt.Sprintf("ratio at most %gx", v), func(_, r float64, has bool) bool { return has && r <= v }}
+	return target{text: fmt.Sprintf("ratio at most %gx", v), ok: func(r row) bool { return r.hasRatio && r.ratio <= v }}
 }
 
 func ratioAtLeast(v float64) target {
-	return target{fmt.Sprintf("ratio at least %gx", v), func(_, r float64, has bool) bool { return has && r >= v }}
+	return target{text: fmt.Sprintf("ratio at least %gx", v), ok: func(r row) bool { return r.hasRatio && r.ratio >= v }}
+}
+
+// timesPlus is a limit relative to the baseline: at most k times it plus
+// add (in the figure's unit), as in "1.5x + 1 ms of the direct call".
+func timesPlus(k, add float64, unit string) target {
+	limit := func(r row) float64 { return k*r.base.value + add }
+	return target{
+		text:  fmt.Sprintf("at most %gx the baseline + %g %s", k, add, unit),
+		ok:    func(r row) bool { return r.base != nil && r.ours <= limit(r) },
+		bound: func(r row) string { return fmt.Sprintf("here %s %s", num(limit(r)), unit) },
+	}
+}
+
+// bothAtMost is a limit that the figure and its baseline must both keep
+// (the first frame, warm and cold).
+func bothAtMost(v float64, unit string) target {
+	return target{text: fmt.Sprintf("at most %g %s, ours and baseline", v, unit), ok: func(r row) bool {
+		return r.ours <= v && r.base != nil && r.base.value <= v
+	}}
 }
 
 // targets by package, benchmark (without the -N suffix) and unit.
@@ -70,6 +97,12 @@ var targets = map[string]target{
 	"relayserver BenchmarkDownload100MB relay-MB/s":            ratioAtLeast(0.5),
 	"relayserver BenchmarkIdleAgentMemory relay-total-B/agent": atMost(65536, "B"),
 	"docker BenchmarkColdStart/network-pool create-ms":         ratioAtMost(1.15),
+	"relayserver BenchmarkRoundTrip relay-µs/req":              timesPlus(1.5, 1000, "µs"),
+	"lender BenchmarkLentExec relayed-µs/op":                   timesPlus(1.5, 1000, "µs"),
+	"e2e BenchmarkLiveViewLatency latency-median-ms":           atMost(100, "ms"),
+	"e2e BenchmarkLiveViewEncoderCPU h264-cpu-%":               atMost(20, "percent of one core"),
+	"e2e BenchmarkLiveViewFirstFrame warm-first-frame-ms":      bothAtMost(1500, "ms"),
+	"e2e BenchmarkLiveViewFirstFrame computerd-idle-rss-MB":    atMost(15, "MB"),
 }
 
 var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}
@@ -102,6 +135,17 @@ type row struct {
 	base             *metric
 	ratio            float64
 	hasRatio         bool
+	// extra marks a further row of a figure, against another baseline.
+	extra bool
+}
+
+// key names the row's target in targets.
+func (r row) key() string {
+	k := r.pkg + " " + r.bench + " " + r.unit
+	if r.extra {
+		k += " vs " + r.base.unit
+	}
+	return k
 }
 
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+(\d+)\s+(.*)$`)
@@ -226,6 +270,19 @@ func rowsOf(pkg, bench string, fields []string) []row {
 			r.ratio, r.hasRatio = ratio, true
 		}
 	}
+	// One figure and baselines still left: a row against each.
+	if len(ours) == 1 {
+		for _, j := range untaken(taken) {
+			if rows[0].base == &bases[j] {
+				continue
+			}
+			x := row{pkg: pkg, bench: bench, unit: ours[0].unit, ours: ours[0].value, base: &bases[j], extra: true}
+			if bases[j].value != 0 {
+				x.ratio, x.hasRatio = x.ours/bases[j].value, true
+			}
+			rows = append(rows, x)
+		}
+	}
 	return rows
 }
 
@@ -273,13 +330,17 @@ func table(w io.Writer, rows []row) (missed int) {
 		if r.hasRatio {
 			ratio = num(r.ratio) + "x"
 		}
-		if t, ok := targets[r.pkg+" "+r.bench+" "+r.unit]; ok {
+		if t, ok := targets[r.key()]; ok {
 			verdict := "met"
-			if !t.ok(r.ours, r.ratio, r.hasRatio) {
+			if !t.ok(r) {
 				verdict = "NOT MET"
 				missed++
 			}
-			tgt = t.text + ": " + verdict
+			tgt = t.text
+			if t.bound != nil && r.base != nil {
+				tgt += " (" + t.bound(r) + ")"
+			}
+			tgt += ": " + verdict
 		}
 		cells = append(cells, []string{r.pkg + " " + strings.TrimPrefix(r.bench, "Benchmark"), r.unit, num(r.ours), base, ratio, tgt})
 	}

@@ -81,3 +81,65 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+func TestSeveralBaselinesAndRelativeTarget(t *testing.T) {
+	const in = `pkg: github.com/berthdev/berth/agent/lender
+BenchmarkLentExec-2   	     300	   4000000 ns/op	      1500 direct-µs/op	     31000 docker-exec-µs/op	      2400 relayed-µs/op	         1.60 ratio
+pkg: github.com/berthdev/berth/relay/relayserver
+BenchmarkRoundTrip-2   	   10000	         0 ns/op	        40.0 direct-µs/req	      1100 relay-µs/req	        27.5 ratio
+pkg: github.com/berthdev/berth/e2e
+BenchmarkLiveViewFirstFrame-2   	       3	         0 ns/op	      1600 base-cold-first-frame-ms	        10.5 computerd-idle-rss-MB	         0.25 ratio	       400.0 warm-first-frame-ms
+`
+	rows, failures := parse(strings.NewReader(in), io.Discard)
+	if len(failures) != 0 {
+		t.Fatalf("failures %q", failures)
+	}
+	type want struct {
+		bench, unit, base string
+		ratio             float64
+	}
+	wants := []want{
+		{"BenchmarkLentExec", "relayed-µs/op", "direct-µs/op", 1.60},
+		{"BenchmarkLentExec", "relayed-µs/op", "docker-exec-µs/op", 2400.0 / 31000},
+		{"BenchmarkRoundTrip", "relay-µs/req", "direct-µs/req", 27.5},
+		{"BenchmarkLiveViewFirstFrame", "computerd-idle-rss-MB", "", 0},
+		{"BenchmarkLiveViewFirstFrame", "warm-first-frame-ms", "base-cold-first-frame-ms", 0.25},
+	}
+	if len(rows) != len(wants) {
+		t.Fatalf("%d rows, want %d: %+v", len(rows), len(wants), rows)
+	}
+	for i, w := range wants {
+		r := rows[i]
+		base := ""
+		if r.base != nil {
+			base = r.base.unit
+		}
+		if r.bench != w.bench || r.unit != w.unit || base != w.base || math.Abs(r.ratio-w.ratio) > 1e-9 {
+			t.Errorf("row %d: %s %s base %q ratio %g, want %+v", i, r.bench, r.unit, base, r.ratio, w)
+		}
+	}
+	if !rows[1].extra || rows[0].extra {
+		t.Errorf("the second baseline's row is not the extra one: %+v", rows[:2])
+	}
+	var out strings.Builder
+	// The relayed exec keeps 1.5x + 1 ms of the direct call (3,250 µs); the
+	// relay round trip does not (1,060 µs); the cold first frame misses
+	// 1.5 s though the warm one keeps it.
+	if missed := table(&out, rows); missed != 2 {
+		t.Errorf("%d targets missed, want 2:\n%s", missed, out.String())
+	}
+	for _, want := range []string{
+		"at most 1.5x the baseline + 1000 µs (here 3250.0 µs): met",
+		"at most 1.5x the baseline + 1000 µs (here 1060.0 µs): NOT MET",
+		"| 31000 docker-exec-µs/op ",
+		"at most 1500 ms, ours and baseline: NOT MET",
+		"at most 15 MB: met",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "here ") != 2 {
+		t.Errorf("the docker-exec row has the direct call's target:\n%s", out.String())
+	}
+}
