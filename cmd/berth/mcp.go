@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
@@ -98,17 +100,92 @@ func checkAgent(cmd *cobra.Command, c *client.Client, agent string) {
 	}
 }
 
-// stdioTransport speaks MCP on the command's input and output.
+// stdioTransport speaks MCP on the command's input and output. The end of
+// the input does not cut short the calls read before it: they are
+// answered first, so that `printf '...' | berth mcp` gets every answer.
 func stdioTransport(cmd *cobra.Command) mcp.Transport {
 	in := cmd.InOrStdin()
 	if in == os.Stdin && cmd.OutOrStdout() == os.Stdout {
-		return &mcp.StdioTransport{}
+		return answerBeforeEOF{&mcp.StdioTransport{}}
 	}
 	rc, ok := in.(io.ReadCloser)
 	if !ok {
 		rc = io.NopCloser(in)
 	}
-	return &mcp.IOTransport{Reader: rc, Writer: nopWriteCloser{cmd.OutOrStdout()}}
+	return answerBeforeEOF{&mcp.IOTransport{Reader: rc, Writer: nopWriteCloser{cmd.OutOrStdout()}}}
+}
+
+// answerBeforeEOF holds back the end of a connection's input until every
+// call read from it has been answered (or the connection is closed).
+// Without it, the MCP server cancels the calls in flight when its input
+// ends, and a client that writes its requests and closes its side gets
+// no answers.
+type answerBeforeEOF struct{ t mcp.Transport }
+
+func (a answerBeforeEOF) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := a.t.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &eofHoldingConn{Connection: c, open: map[jsonrpc.ID]bool{}, idle: make(chan struct{}), closed: make(chan struct{})}, nil
+}
+
+type eofHoldingConn struct {
+	mcp.Connection
+	mu        sync.Mutex
+	open      map[jsonrpc.ID]bool // calls read and not yet answered
+	idle      chan struct{}       // closed while open is empty; replaced when a call arrives
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *eofHoldingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if errors.Is(err, io.EOF) {
+		c.mu.Lock()
+		idle := c.idle
+		if len(c.open) == 0 {
+			idle = nil
+		}
+		c.mu.Unlock()
+		if idle != nil {
+			select {
+			case <-idle:
+			case <-c.closed:
+			case <-ctx.Done():
+			}
+		}
+		return nil, err
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok && err == nil && req.IsCall() {
+		c.mu.Lock()
+		if len(c.open) == 0 {
+			c.idle = make(chan struct{})
+		}
+		c.open[req.ID] = true
+		c.mu.Unlock()
+	}
+	return msg, err
+}
+
+func (c *eofHoldingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		if c.open[resp.ID] {
+			delete(c.open, resp.ID)
+			if len(c.open) == 0 {
+				close(c.idle)
+			}
+		}
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *eofHoldingConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Connection.Close()
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -203,5 +204,51 @@ func TestMCPWarnsAboutMissingConnection(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "berth: agent a1 has no computer connection yet") || !strings.Contains(r.stderr, "berth computer connect --agent a1") {
 		t.Errorf("stderr = %q", r.stderr)
+	}
+}
+
+// TestMCPStdioAnswersBeforeEOF writes every request at once and closes
+// stdin, as `printf ... | berth mcp` does: each call is still answered.
+func TestMCPStdioAnswersBeforeEOF(t *testing.T) {
+	s := newSupervisor(t)
+	s.on("GET /v1/agents/a1/computer", http.StatusOK, `{"connection":{"agent":"a1","provider":"docker"},"session":null,"budget":{}}`)
+	s.on("POST /v1/agents/a1/computer/start", http.StatusOK, runningSession)
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pipe","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"computer_start","arguments":{}}}`,
+	}, "\n") + "\n"
+	var stdout, stderr lockedBuffer
+	wait := startMCP(testContext(t), t, strings.NewReader(in), &stdout, &stderr, "mcp", "--agent", "a1", "--log-level", "warn")
+	if code := wait(); code != 0 {
+		t.Fatalf("exit code = %d, stderr %s", code, stderr.String())
+	}
+	answers := map[float64]map[string]any{}
+	dec := json.NewDecoder(strings.NewReader(stdout.String()))
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("stdout %q: %v", stdout.String(), err)
+		}
+		id, _ := m["id"].(float64)
+		answers[id] = m
+	}
+	if len(answers) != 3 {
+		t.Fatalf("answers = %v, want ids 1, 2 and 3; stderr %s", answers, stderr.String())
+	}
+	for id, m := range answers {
+		if m["error"] != nil {
+			t.Errorf("answer %v is an error: %v", id, m["error"])
+		}
+	}
+	tools, _ := answers[2]["result"].(map[string]any)["tools"].([]any)
+	if len(tools) != 5 {
+		t.Errorf("tools/list = %v, want 5 tools", answers[2])
+	}
+	if got, _ := json.Marshal(answers[3]); !strings.Contains(string(got), "Computer running: session s1") {
+		t.Errorf("computer_start = %s", got)
 	}
 }
