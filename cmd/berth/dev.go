@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,26 +39,7 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return daemon.Options{}, usagef("--log-level: %v", err)
 	}
-	var ids []string
-	for _, id := range strings.Split(os.Getenv("PROVIDERS"), ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
-		}
-	}
-	def := os.Getenv("DEFAULT_PROVIDER")
-	if def == "" {
-		def = "docker"
-	}
-	if len(ids) > 0 && !slices.Contains(ids, def) {
-		ids = append(ids, def)
-	}
-	if os.Getenv("RELAY_URL") != "" && !slices.Contains(ids, "local") {
-		// Lent machines are on wherever a relay is configured (SPEC 5).
-		if len(ids) == 0 {
-			ids = []string{def}
-		}
-		ids = append(ids, "local")
-	}
+	ids, def := enabledProviders(os.Getenv)
 	blocked, err := egress.ParseBlockedCIDRs(os.Getenv("EGRESS_BLOCKED_CIDRS"))
 	if err != nil {
 		return daemon.Options{}, err

@@ -22,8 +22,10 @@ func newProvidersCmd() *cobra.Command {
 		Long: `List every provider this berth knows: what it is, the settings the supervisor
 reads for it from the environment (with their values here, or defaults),
 the credentials each connection gives, and whether it is configured in this
-environment: enabled (named by PROVIDERS or DEFAULT_PROVIDER) with every
-required setting set. Secret values are never printed.`,
+environment: enabled (named by PROVIDERS or DEFAULT_PROVIDER, and local
+wherever RELAY_URL is set) with every required setting set, as berth
+supervisor would configure them. berth dev also turns on tunnel and, with
+its own relay, local. Secret values are never printed.`,
 		Example: "  berth providers\n  PROVIDERS=docker,e2b berth providers e2b",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids := providers.IDs()
@@ -71,7 +73,8 @@ type settingView struct {
 }
 
 // enabledProviders returns the providers a supervisor started with this
-// environment would configure, and its default provider.
+// environment configures, and its default provider: those PROVIDERS
+// names, DEFAULT_PROVIDER, and local wherever RELAY_URL names a relay.
 func enabledProviders(getenv func(string) string) ([]string, string) {
 	def := getenv("DEFAULT_PROVIDER")
 	if def == "" {
@@ -85,6 +88,10 @@ func enabledProviders(getenv func(string) string) ([]string, string) {
 	}
 	if !slices.Contains(ids, def) {
 		ids = append(ids, def)
+	}
+	if getenv("RELAY_URL") != "" && !slices.Contains(ids, "local") {
+		// Lent machines are on wherever a relay is configured (SPEC 5).
+		ids = append(ids, "local")
 	}
 	return ids, def
 }

@@ -108,3 +108,35 @@ func TestProvidersUnknown(t *testing.T) {
 		t.Errorf("%+v", r)
 	}
 }
+
+// TestProvidersRelayTurnsLocalOn checks that berth providers and berth
+// supervisor agree: a RELAY_URL turns the local provider on without
+// PROVIDERS naming it.
+func TestProvidersRelayTurnsLocalOn(t *testing.T) {
+	t.Setenv("PROVIDERS", "")
+	t.Setenv("DEFAULT_PROVIDER", "docker")
+	t.Setenv("RELAY_URL", "http://127.0.0.1:8081")
+	t.Setenv("RELAY_TOKEN", "relay-secret-for-the-test")
+	r := run(t, "", "--json", "providers", "local", "tunnel")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	var views []providerView
+	if err := json.Unmarshal([]byte(r.stdout), &views); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if len(views) != 2 || !views[0].Enabled || !views[0].Configured || views[1].Enabled {
+		t.Errorf("local and tunnel = %+v, want local configured and tunnel off", views)
+	}
+	if strings.Contains(r.stdout, "relay-secret-for-the-test") {
+		t.Errorf("the relay token is printed: %s", r.stdout)
+	}
+	f := serverFlags{logLevel: "info"}
+	o, err := f.options(newSupervisorCmd())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.Providers, ",") != "docker,local" {
+		t.Errorf("supervisor providers = %v, want docker,local", o.Providers)
+	}
+}
