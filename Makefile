@@ -11,7 +11,7 @@ TEST_TIMEOUT ?= 30m
 .PHONY: help build run test test-k8s test-short images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build bin/berth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
@@ -22,7 +22,7 @@ docker: ## make sure a Docker engine runs (installs docker.io as root when missi
 images: docker ## build the computer images offline (only what changed)
 	images/build.sh all
 
-run: build images ## build everything and start `berth dev` on $(LISTEN)
+run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1:8080) with its data in DATA (berth-data)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
 
 test: docker images ## run the whole suite, Docker integration tests included
