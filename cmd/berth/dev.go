@@ -112,7 +112,7 @@ berth agent run.`,
 	f.add(cmd, "127.0.0.1:8080", "berth-data")
 	cmd.Flags().StringVar(&relayListen, "relay-listen", "127.0.0.1:8081", "address of the relay lenders' agents connect to")
 	cmd.Flags().BoolVar(&lend, "lend", true, "also lend this machine through its own agent (provider local)")
-	return cmd
+	return serverRole(cmd)
 }
 
 func newSupervisorCmd() *cobra.Command {
@@ -137,7 +137,7 @@ own settings (DOCKER_SOCKET, COMPUTER_IMAGE_HEADLESS, COMPUTER_MEMORY_MB, ...).`
 		},
 	}
 	f.add(cmd, "127.0.0.1:8080", "/var/lib/berth")
-	return cmd
+	return serverRole(cmd)
 }
 
 // serve runs a supervisor until the command's context ends.

@@ -192,6 +192,26 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// serverRole refuses the client flags on a server command (berth dev,
+// supervisor, relay), which takes its settings from its own flags and the
+// environment: --url, --token and --json would be silently ignored there.
+func serverRole(cmd *cobra.Command) *cobra.Command {
+	hints := map[string]string{
+		"url":   "--listen sets where it serves (and berth relay's --supervisor names the supervisor)",
+		"token": "its secrets come from the environment (SUPERVISOR_TOKEN, RELAY_TOKEN)",
+		"json":  "it prints no answers to format",
+	}
+	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
+		for _, name := range []string{"url", "token", "json"} {
+			if c.Flags().Changed(name) {
+				return usagef("--%s is a client flag, which %s ignores: %s", name, c.CommandPath(), hints[name])
+			}
+		}
+		return nil
+	}
+	return cmd
+}
+
 func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }

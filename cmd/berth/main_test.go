@@ -299,3 +299,25 @@ func TestFirstSignalCancels(t *testing.T) {
 		t.Fatal("the first signal did not cancel the context")
 	}
 }
+
+// TestServerRolesRefuseClientFlags checks that berth dev, supervisor and
+// relay refuse --url, --token and --json, which they would ignore, before
+// they start anything.
+func TestServerRolesRefuseClientFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dev", "--token", "not-used"}, "--token is a client flag, which berth dev ignores: its secrets come from the environment"},
+		{[]string{"supervisor", "--url", "http://127.0.0.1:1"}, "--url is a client flag, which berth supervisor ignores: --listen sets where it serves"},
+		{[]string{"relay", "--json"}, "--json is a client flag, which berth relay ignores"},
+	} {
+		r := run(t, "", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("berth %s: exit %d, stderr %q; want %d and %q", strings.Join(c.args, " "), r.code, r.stderr, exitUsage, c.want)
+		}
+		if strings.Contains(r.stdout+r.stderr, "not-used") {
+			t.Errorf("berth %s echoes the token: %s", strings.Join(c.args, " "), r.stderr)
+		}
+	}
+}

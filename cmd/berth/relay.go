@@ -63,7 +63,7 @@ naming --internal-listen).`,
 	f.StringVar(&cert, "tls-cert", "", "TLS certificate for --listen")
 	f.StringVar(&key, "tls-key", "", "TLS key for --listen")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	return cmd
+	return serverRole(cmd)
 }
 
 // runRelay serves the agents' endpoint and the internal API until ctx ends.
