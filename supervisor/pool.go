@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -348,24 +347,9 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 
 // waitPooled waits for a pool computer's daemon to answer its health check.
 func (s *Service) waitPooled(ctx context.Context, endpoint string) error {
-	c := computerd.NewClient(endpoint, "", computerd.WithHTTPClient(s.http))
 	ctx, cancel := context.WithTimeout(ctx, poolReadyTimeout)
 	defer cancel()
-	wait := 5 * time.Millisecond
-	for {
-		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Health(hctx)
-		hcancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("computerd at %s: %w (last: %v)", endpoint, ctx.Err(), err)
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 100*time.Millisecond)
-	}
+	return computerd.NewClient(endpoint, "", computerd.WithHTTPClient(s.http)).WaitHealthy(ctx)
 }
 
 // removeWaiting takes a waiting member out of the store (so no start can

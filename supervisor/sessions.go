@@ -284,25 +284,7 @@ func (s *Service) waitReady(ctx context.Context, x store.Session) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
 	defer cancel()
-	// Poll every 5 ms for the first seconds (a daemon is usually up within
-	// tens of milliseconds of its container starting), then back off.
-	wait, polls := 5*time.Millisecond, 0
-	for {
-		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Health(hctx)
-		hcancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("computerd at %s: %w (last: %v)", x.Endpoint, ctx.Err(), err)
-		case <-time.After(wait):
-		}
-		if polls++; polls > 400 {
-			wait = min(wait*2, 100*time.Millisecond)
-		}
-	}
+	return c.WaitHealthy(ctx)
 }
 
 // Stop stops and discards the agent's computer.

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -416,28 +415,27 @@ func (l *Lender) makePooled(ctx context.Context, d Docker, pl Pooler) (*pooled, 
 	return m, nil
 }
 
-// waitHealthy waits for a computer's computerd to answer its health check.
+// waitHealthy waits for a computer's computerd to answer its health check;
+// it gives up with ErrClosed when the lender closes.
 func (l *Lender) waitHealthy(ctx context.Context, endpoint string) error {
-	c := computerd.NewClient(endpoint, "", computerd.WithTransport(l.transport))
 	ctx, cancel := context.WithTimeout(ctx, poolReadyTimeout)
 	defer cancel()
-	wait := 5 * time.Millisecond
-	for {
-		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Health(hctx)
-		hcancel()
-		if err == nil {
-			return nil
-		}
+	go func() {
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("computerd at %s: %w (last: %v)", endpoint, ctx.Err(), err)
 		case <-l.done:
-			return ErrClosed
-		case <-time.After(wait):
+			cancel()
+		case <-ctx.Done():
 		}
-		wait = min(wait*2, 100*time.Millisecond)
+	}()
+	err := computerd.NewClient(endpoint, "", computerd.WithTransport(l.transport)).WaitHealthy(ctx)
+	select {
+	case <-l.done:
+		if err != nil {
+			return ErrClosed
+		}
+	default:
 	}
+	return err
 }
 
 var _ Pooler = (*docker.Docker)(nil)

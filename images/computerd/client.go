@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -101,6 +102,32 @@ func IsAPIError(err error) bool {
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
 	return h, c.call(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+}
+
+// WaitHealthy polls computerd's health until it answers or ctx ends. It
+// polls every 5 ms for the first two seconds (a daemon is usually up within
+// tens of milliseconds of its container starting), then backs off to every
+// 100 ms.
+func (c *Client) WaitHealthy(ctx context.Context) error {
+	wait, polls := 5*time.Millisecond, 0
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.Health(hctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("computerd at %s: %w (last: %v)", c.base, ctx.Err(), err)
+		case <-t.C:
+		}
+		if polls++; polls > 400 {
+			wait = min(wait*2, 100*time.Millisecond)
+		}
+	}
 }
 
 // Exec runs a command and waits for its result. req.TimeoutMs is required.

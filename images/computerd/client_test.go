@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,5 +209,37 @@ func TestStreamBroken(t *testing.T) {
 	_, _, err = s.Wait()
 	if err == nil || computerd.IsAPIError(err) {
 		t.Errorf("Wait after cancel: %v, want a non-API error", err)
+	}
+}
+
+// TestWaitHealthy: the wait ends once the daemon answers, and a daemon
+// that never answers ends it with the context's error and the last one.
+func TestWaitHealthy(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) < 4 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	defer srv.Close()
+	if err := computerd.NewClient(srv.URL, "").WaitHealthy(testContext(t)); err != nil {
+		t.Fatalf("WaitHealthy: %v", err)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("health asked %d times, want 4", n)
+	}
+
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+	ctx, cancel := context.WithTimeout(testContext(t), 100*time.Millisecond)
+	defer cancel()
+	err := computerd.NewClient(down.URL, "").WaitHealthy(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), down.URL) {
+		t.Fatalf("WaitHealthy on a daemon that never answers: %v", err)
 	}
 }
