@@ -16,204 +16,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/netnstest"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
 )
-
-// needNetns skips a test that makes network namespaces unless this process
-// can (root, or CAP_SYS_ADMIN and CAP_NET_ADMIN, and the ip command); with
-// BERTH_REQUIRE_NETNS=1, as in CI, it fails instead.
-func needNetns(t *testing.T) {
-	t.Helper()
-	const run = `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEgress ./e2e/`
-	var why string
-	if _, err := exec.LookPath("ip"); err != nil {
-		why = "the ip command is missing (apt-get install -y iproute2)"
-	} else if !hasCaps(unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN) {
-		why = "making a network namespace needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
-	} else {
-		return
-	}
-	if os.Getenv("BERTH_REQUIRE_NETNS") == "1" {
-		t.Fatalf("%s, and BERTH_REQUIRE_NETNS=1; run: %s", why, run)
-	}
-	t.Skipf("%s; to run this test: %s (BERTH_REQUIRE_NETNS=1 turns this skip into a failure)", why, run)
-}
-
-func hasCaps(caps ...int) bool {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return false
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		h, ok := strings.CutPrefix(line, "CapEff:")
-		if !ok {
-			continue
-		}
-		eff, err := strconv.ParseUint(strings.TrimSpace(h), 16, 64)
-		if err != nil {
-			return false
-		}
-		for _, c := range caps {
-			if eff&(1<<c) == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// lendNetns is a network namespace joined to this one by a veth pair: addr
-// inside, local on this side, and nothing else reachable through it.
-type lendNetns struct {
-	name, hostDev, nsDev string
-	addr, local          netip.Addr
-}
-
-// newLendNetns makes the namespace, as supervisor/egress's test does: a
-// random address in 44.128.0.0/16 (public unicast, AMPRNet's test network,
-// outside every range the proxy blocks) inside, a link-local one in
-// 169.254.200.0-169.254.249.255 on this side. Everything is deleted by
-// name when the test ends.
-func newLendNetns(t *testing.T, ctx context.Context) *lendNetns {
-	t.Helper()
-	needNetns(t)
-	var b [7]byte
-	rand.Read(b[:])
-	id := fmt.Sprintf("%02x%02x%02x", b[0], b[1], b[2])
-	n := &lendNetns{
-		name: "berth-le-" + id, hostDev: "ble" + id + "h", nsDev: "ble" + id + "n",
-		addr:  netip.AddrFrom4([4]byte{44, 128, 1 + b[3]%254, 1 + b[4]%254}),
-		local: netip.AddrFrom4([4]byte{169, 254, 200 + b[5]%50, 1 + b[6]%254}),
-	}
-	runIP(t, ctx, "netns", "add", n.name)
-	t.Cleanup(func() { cleanupIP(t, "netns", "delete", n.name) })
-	runIP(t, ctx, "link", "add", n.hostDev, "type", "veth", "peer", "name", n.nsDev, "netns", n.name)
-	t.Cleanup(func() {
-		if _, err := net.InterfaceByName(n.hostDev); err == nil {
-			cleanupIP(t, "link", "delete", n.hostDev)
-		}
-	})
-	runIP(t, ctx, "addr", "add", n.local.String()+"/32", "dev", n.hostDev)
-	runIP(t, ctx, "link", "set", n.hostDev, "up")
-	runIP(t, ctx, "-n", n.name, "link", "set", "lo", "up")
-	runIP(t, ctx, "-n", n.name, "addr", "add", n.addr.String()+"/32", "dev", n.nsDev)
-	runIP(t, ctx, "-n", n.name, "link", "set", n.nsDev, "up")
-	runIP(t, ctx, "route", "add", n.addr.String()+"/32", "dev", n.hostDev, "src", n.local.String())
-	runIP(t, ctx, "-n", n.name, "route", "add", n.local.String()+"/32", "dev", n.nsDev, "src", n.addr.String())
-	return n
-}
-
-func runIP(t *testing.T, ctx context.Context, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-func cleanupIP(t *testing.T, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
-		t.Errorf("clean up: ip %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// checkRoutes fails the test unless packets for the namespace's address go
-// straight into the test's own veth and its answers straight back, so that
-// nothing the test sends can leave the machine.
-func (n *lendNetns) checkRoutes(t *testing.T, ctx context.Context) {
-	t.Helper()
-	for _, c := range []struct{ netns, dst, dev, src string }{
-		{"", n.addr.String(), n.hostDev, n.local.String()},
-		{n.name, n.local.String(), n.nsDev, n.addr.String()},
-	} {
-		args := []string{"-o", "route", "get", c.dst}
-		if c.netns != "" {
-			args = append([]string{"-n", c.netns}, args...)
-		}
-		out := runIP(t, ctx, args...)
-		f := strings.Fields(out)
-		field := func(k string) string {
-			if i := slices.Index(f, k); i >= 0 && i+1 < len(f) {
-				return f[i+1]
-			}
-			return ""
-		}
-		if len(f) == 0 || f[0] != c.dst || field("dev") != c.dev || field("src") != c.src || slices.Contains(f, "via") {
-			t.Fatalf("STOP, packets could leave this machine: ip %s says\n%s\nwant %s dev %s src %s, with no gateway",
-				strings.Join(args, " "), out, c.dst, c.dev, c.src)
-		}
-	}
-}
-
-// listen opens a TCP listener inside the namespace, on a locked thread
-// that is put back afterwards (or stays locked, and ends, if it cannot be).
-func (n *lendNetns) listen(t *testing.T, addr string) net.Listener {
-	t.Helper()
-	type result struct {
-		ln    net.Listener
-		err   error
-		stuck bool
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		r := func() result {
-			orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-			if err != nil {
-				return result{err: err}
-			}
-			defer orig.Close()
-			target, err := os.Open("/var/run/netns/" + n.name)
-			if err != nil {
-				return result{err: err}
-			}
-			defer target.Close()
-			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				return result{err: err}
-			}
-			ln, lerr := net.Listen("tcp", addr)
-			if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-				if ln != nil {
-					ln.Close()
-				}
-				return result{err: err, stuck: true}
-			}
-			return result{ln: ln, err: lerr}
-		}()
-		if !r.stuck {
-			runtime.UnlockOSThread()
-		}
-		done <- r
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, n.name, r.err)
-	}
-	t.Cleanup(func() { r.ln.Close() })
-	return r.ln
-}
 
 // lendResolver is the agent's resolver in the test: names for the
 // namespace's server and for a LAN address.
@@ -240,8 +56,9 @@ func TestLendingEgress(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := newLendNetns(t, ctx)
-	ns.checkRoutes(t, ctx)
+	netnstest.Require(t, `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEgress ./e2e/`)
+	ns := netnstest.New(t, ctx, "le")
+	ns.CheckRoutes(t, ctx)
 
 	// A public-looking address of the lender's own, on the test's veth,
 	// with a service on every interface: no default range blocks it, the
@@ -249,7 +66,7 @@ func TestLendingEgress(t *testing.T) {
 	var b [2]byte
 	rand.Read(b[:])
 	own := netip.AddrFrom4([4]byte{44, 129, 1 + b[0]%254, 1 + b[1]%254})
-	runIP(t, ctx, "addr", "add", own.String()+"/32", "dev", ns.hostDev)
+	netnstest.IP(t, ctx, "addr", "add", own.String()+"/32", "dev", ns.HostDev)
 	hostSvc, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
@@ -265,12 +82,12 @@ func TestLendingEgress(t *testing.T) {
 		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
 	}))
 	upstream.Listener.Close()
-	upstream.Listener = ns.listen(t, netip.AddrPortFrom(ns.addr, 80).String())
+	upstream.Listener = ns.Listen(t, netip.AddrPortFrom(ns.Addr, 80).String())
 	upstream.Start()
 	defer upstream.Close()
 	secure := httptest.NewUnstartedServer(http.NotFoundHandler())
 	secure.Listener.Close()
-	secure.Listener = ns.listen(t, netip.AddrPortFrom(ns.addr, 443).String())
+	secure.Listener = ns.Listen(t, netip.AddrPortFrom(ns.Addr, 443).String())
 	secure.StartTLS()
 	defer secure.Close()
 
@@ -294,7 +111,7 @@ func TestLendingEgress(t *testing.T) {
 			AgentID: agentID, Token: "agent-token", RelayURL: "ws" + strings.TrimPrefix(rsrv.URL, "http") + relay.ConnectPath,
 			DataDir: dir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
 			Egress: lender.EgressOptions{Listen: ":0", Resolver: lendResolver{
-				"allowed.lend.test": {ns.addr},
+				"allowed.lend.test": {ns.Addr},
 				"lan.lend.test":     {netip.MustParseAddr("192.168.1.20")},
 			}},
 			Logger: log, Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
@@ -394,7 +211,7 @@ func TestLendingEgress(t *testing.T) {
 	}
 
 	// An allowed host, by name and by address.
-	for _, target := range []string{"http://allowed.lend.test/hello", "http://" + ns.addr.String() + "/direct-ip"} {
+	for _, target := range []string{"http://allowed.lend.test/hello", "http://" + ns.Addr.String() + "/direct-ip"} {
 		x := run(cl, "computerd fetch "+target)
 		if x.ExitCode != 0 || !strings.Contains(x.Stdout, "hello from") {
 			t.Fatalf("%s through the agent's proxy: %+v", target, x)
@@ -417,7 +234,7 @@ func TestLendingEgress(t *testing.T) {
 		"http://" + net.JoinHostPort(proxyHost, svcPort) + "/",
 		"http://" + net.JoinHostPort(gateway, svcPort) + "/",
 		"http://127.1:" + svcPort + "/", // loopback; an HTTP client sends 127.0.0.1 itself straight, never through a proxy
-		"http://" + net.JoinHostPort(ns.local.String(), svcPort) + "/",
+		"http://" + net.JoinHostPort(ns.Local.String(), svcPort) + "/",
 		"http://2130706433:" + svcPort + "/",
 	}
 	for _, target := range refused {
@@ -427,7 +244,7 @@ func TestLendingEgress(t *testing.T) {
 		}
 	}
 	// No way around the proxy.
-	for _, target := range []string{"http://" + ns.addr.String() + "/", "http://" + net.JoinHostPort(gateway, svcPort) + "/",
+	for _, target := range []string{"http://" + ns.Addr.String() + "/", "http://" + net.JoinHostPort(gateway, svcPort) + "/",
 		"http://" + net.JoinHostPort(own.String(), svcPort) + "/"} {
 		x := run(cl, "computerd fetch -direct -timeout 3s "+target)
 		if x.ExitCode == 0 || strings.Contains(x.Stdout, "hello from") || strings.Contains(x.Stdout, "own service") {
@@ -449,7 +266,7 @@ func TestLendingEgress(t *testing.T) {
 	if x := run(cl2, "env | grep -i _proxy; true"); x.Stdout != "" {
 		t.Fatalf("egress off, the environment names a proxy: %q", x.Stdout)
 	}
-	if x := run(cl2, "computerd fetch -direct -timeout 3s http://"+ns.addr.String()+"/"); x.ExitCode == 0 {
+	if x := run(cl2, "computerd fetch -direct -timeout 3s http://"+ns.Addr.String()+"/"); x.ExitCode == 0 {
 		t.Fatalf("egress off, a direct connection worked: %+v", x)
 	}
 	if x := run(cl, "computerd fetch -timeout 5s http://allowed.lend.test/"); x.ExitCode == 0 || strings.Contains(x.Stdout, "hello from") {
