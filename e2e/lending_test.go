@@ -412,6 +412,21 @@ func TestDevLendingByHand(t *testing.T) {
 
 	run := startProc(t, ctx, env, "agent", "run", "--data", filepath.Join(dir, "lender"))
 	run.waitLine(t, regexp.MustCompile(`lending as (`+regexp.QuoteMeta(lenderID)+`)`))
+	// The agent says so as its link comes up; the relay counts it a moment
+	// later. Wait (bounded by the test's deadline) until both lenders show.
+	for online := 0; online < 2; time.Sleep(20 * time.Millisecond) {
+		if ctx.Err() != nil {
+			t.Fatalf("the second lender never showed in /v1/lenders")
+		}
+		var lenders []struct{ Online bool }
+		s.must("GET", "/v1/lenders", nil, 200, &lenders)
+		online = 0
+		for _, l := range lenders {
+			if l.Online {
+				online++
+			}
+		}
+	}
 
 	s.must("POST", "/v1/agents", map[string]any{"id": "byhand", "name": "byhand"}, 201, nil)
 	// Two lenders are paired now (berth dev's own and the second
