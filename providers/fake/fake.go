@@ -5,12 +5,10 @@
 package fake
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -161,11 +159,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if err != nil {
 		return providers.Machine{}, err
 	}
-	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake"})
+	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake", Env: spec.Env})
 	if instant {
 		h = instantExec{next: h, tokenHash: spec.TokenHash}
-	} else if len(spec.Env) > 0 {
-		h = withEnv{next: h, env: spec.Env}
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
@@ -239,38 +235,6 @@ func (p *Provider) Close() {
 	for _, m := range ms {
 		p.Destroy(context.Background(), m.ID)
 	}
-}
-
-// withEnv gives buffered execs the machine's environment (Spec.Env), as a
-// real computer's processes inherit it; a request's own variables win.
-type withEnv struct {
-	next http.Handler
-	env  map[string]string
-}
-
-func (h withEnv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/exec" {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	var req computerd.ExecRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&req); err != nil {
-		http.Error(w, `{"error":{"code":"bad_request","message":"bad body"}}`, http.StatusBadRequest)
-		return
-	}
-	env := make(map[string]string, len(h.env)+len(req.Env))
-	for k, v := range h.env {
-		env[k] = v
-	}
-	for k, v := range req.Env {
-		env[k] = v
-	}
-	req.Env = env
-	body, _ := json.Marshal(req)
-	r2 := r.Clone(r.Context())
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.ContentLength = int64(len(body))
-	h.next.ServeHTTP(w, r2)
 }
 
 // instantExec answers exec requests itself and passes the rest on.

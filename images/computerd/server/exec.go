@@ -207,7 +207,7 @@ func (s *Server) workDir(dir string) (string, error) {
 var hiddenEnv = []string{computerd.EnvTokenHash, computerd.EnvComputerID, computerd.EnvBindHash}
 
 // environ returns a command's environment: computerd's own, without its
-// settings, with HOME set, and extra on top.
+// settings, with HOME set, then Config.Env, the bind's and extra on top.
 func (s *Server) environ(extra map[string]string) ([]string, error) {
 	env := make(map[string]string)
 	for _, kv := range os.Environ() {
@@ -217,6 +217,9 @@ func (s *Server) environ(extra map[string]string) ([]string, error) {
 		}
 	}
 	env["HOME"] = s.cfg.Home
+	for k, v := range s.cfg.Env {
+		env[k] = v
+	}
 	for k, v := range s.boundEnv() {
 		env[k] = v
 	}

@@ -48,6 +48,10 @@ type Config struct {
 	// Desktop, when set, serves live view and the screenshot (package
 	// images/computerd/desktop) under /v1/desktop and /v1/screenshot.
 	Desktop http.Handler
+	// Env is added to the environment commands inherit, as a container's
+	// variables are; a daemon running in-process (the fake providers) sets
+	// it instead of its own process environment.
+	Env map[string]string
 }
 
 // Server serves computerd's API. It is an http.Handler.

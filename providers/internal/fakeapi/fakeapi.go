@@ -21,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/images/computerd/server"
 )
 
@@ -273,10 +272,7 @@ func StartComputer(dir, tokenHash string, env map[string]string) (*Computer, err
 		os.RemoveAll(home)
 		return nil, err
 	}
-	var h http.Handler = server.New(server.Config{TokenHash: tokenHash, Home: home, Version: "fakeapi"})
-	if len(env) > 0 {
-		h = withEnv{next: h, env: env}
-	}
+	h := server.New(server.Config{TokenHash: tokenHash, Home: home, Version: "fakeapi", Env: env})
 	c := &Computer{URL: "http://" + ln.Addr().String(), Env: env, home: home,
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	go c.srv.Serve(ln)
@@ -287,38 +283,6 @@ func StartComputer(dir, tokenHash string, env map[string]string) (*Computer, err
 func (c *Computer) Close() {
 	c.srv.Close()
 	os.RemoveAll(c.home)
-}
-
-// withEnv gives buffered execs the machine's environment; a request's own
-// variables win.
-type withEnv struct {
-	next http.Handler
-	env  map[string]string
-}
-
-func (h withEnv) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/exec" {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	var req computerd.ExecRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&req); err != nil {
-		WriteJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"code": "bad_request", "message": "bad body"}})
-		return
-	}
-	env := make(map[string]string, len(h.env)+len(req.Env))
-	for k, v := range h.env {
-		env[k] = v
-	}
-	for k, v := range req.Env {
-		env[k] = v
-	}
-	req.Env = env
-	body, _ := json.Marshal(req)
-	r2 := r.Clone(r.Context())
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	r2.ContentLength = int64(len(body))
-	h.next.ServeHTTP(w, r2)
 }
 
 // ReverseTo returns a handler that forwards every request to the computer
