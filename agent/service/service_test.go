@@ -478,7 +478,16 @@ func TestSysVService(t *testing.T) {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 	})
-	if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline"); err != nil || string(cmdline) != sleep+"\x0055\x00" {
+	// The pid file names the script's background child as it forks; it
+	// runs the program a moment later, once it has exec'd.
+	var cmdline []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cmdline, err = os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+		if (err == nil && string(cmdline) == sleep+"\x0055\x00") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || string(cmdline) != sleep+"\x0055\x00" {
 		t.Fatalf("pid %d runs %q, %v", p, cmdline, err)
 	}
 	mustStatus(t, s, StatusRunning)
