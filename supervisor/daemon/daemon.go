@@ -448,6 +448,8 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "# TYPE berth_egress_active gauge\nberth_egress_active %d\n", st.Active)
 	fmt.Fprintf(w, "# TYPE berth_egress_bytes_total counter\nberth_egress_bytes_total{direction=\"up\"} %d\nberth_egress_bytes_total{direction=\"down\"} %d\n", st.BytesUp, st.BytesDown)
+	fmt.Fprintln(w, "# HELP berth_egress_buffer_bytes Memory the egress proxy holds in copy buffers.")
+	fmt.Fprintf(w, "# TYPE berth_egress_buffer_bytes gauge\nberth_egress_buffer_bytes %d\n", st.Buffered)
 }
 
 func openStore(ctx context.Context, o Options) (store.Store, error) {

@@ -105,7 +105,7 @@ type Config struct {
 	// open between plain requests.
 	KeepAliveTimeout time.Duration
 	// IdleTimeout closes a tunnel after this long without a byte either
-	// way. Spliced bytes are seen in the sockets' kernel counters, which
+	// way. Bytes are also seen in the sockets' kernel counters, which
 	// are read every quarter of the timeout, so a tunnel closes between
 	// IdleTimeout and 1.25 times it after its last byte.
 	IdleTimeout time.Duration
@@ -198,6 +198,9 @@ type Stats struct {
 	// BytesUp and BytesDown count bytes sent to and received from
 	// upstream: tunnel payload, and the bodies of plain requests.
 	BytesUp, BytesDown uint64
+	// Buffered is the memory, in bytes, that tunnels and plain requests
+	// of every proxy in this process hold in copy buffers now.
+	Buffered int64
 }
 
 // Proxy is the egress proxy. It is an http.Handler; Serve runs it on a
@@ -335,7 +338,7 @@ func (p *Proxy) Stats() Stats {
 		v[k] = n
 	}
 	p.mu.Unlock()
-	return Stats{Verdicts: v, Active: p.active.Load(), BytesUp: p.up.Load(), BytesDown: p.down.Load()}
+	return Stats{Verdicts: v, Active: p.active.Load(), BytesUp: p.up.Load(), BytesDown: p.down.Load(), Buffered: lentBytes.Load()}
 }
 
 // record is what is known of one connection; it is logged when it ends.

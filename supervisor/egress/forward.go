@@ -67,9 +67,3 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection's Flush.
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// bufferPool lends the copy buffers of plain requests and tunnels.
-type bufferPool struct{}
-
-func (bufferPool) Get() []byte  { return *bufPool.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { bufPool.Put(&b) }

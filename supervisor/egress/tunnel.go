@@ -13,19 +13,6 @@ import (
 	"time"
 )
 
-// A direction of a tunnel reads into a small buffer of its own while it is
-// quiet, and borrows a large one from the pool while bytes stream, so that
-// an idle tunnel holds little memory.
-const (
-	smallBufferSize = 4 << 10
-	largeBufferSize = 128 << 10
-)
-
-var bufPool = sync.Pool{New: func() any {
-	b := make([]byte, largeBufferSize)
-	return &b
-}}
-
 var errStratum = errors.New("stratum login in the first bytes of the tunnel")
 
 // tunnel answers a CONNECT: it dials the checked address target, takes
@@ -70,7 +57,7 @@ type tunnel struct {
 	rec        *record
 	client, up net.Conn
 	sniff      *stratumSniffer // nil unless abuse checks are on
-	last       atomic.Int64    // clock time of the last byte copied in user space, in ns
+	last       atomic.Int64    // clock time of the last read, in ns
 	endOnce    sync.Once
 }
 
@@ -122,64 +109,52 @@ func (t *tunnel) pipeUp(early []byte) error {
 	return t.pipe(t.up, t.client, t.rec.addUp, t.sniff)
 }
 
-// pipe copies src to dst until src ends. It returns nil at a clean end.
-// Between two TCP connections the bytes are spliced in the kernel, once
-// the sniffer (if any) has seen what it needs.
+// pipe copies src to dst until src ends, and returns nil at a clean end.
+// With a sniffer, the first bytes are shown to it until it has decided.
+// Buffers come from getBuffer, sized as bufferSizes explains; while src is
+// a quiet socket, the direction waits with no buffer.
 func (t *tunnel) pipe(dst, src net.Conn, add func(int), sniff *stratumSniffer) error {
-	if sniff != nil {
-		ended, err := t.copy(dst, src, add, sniff)
-		if ended {
-			return err
-		}
-	}
-	if d, s, ok := spliceable(dst, src); ok {
-		return t.splice(d, s, add)
-	}
-	_, err := t.copy(dst, src, add, nil)
-	return err
-}
-
-// copy moves bytes through user space until src ends (ended is true, err
-// nil at a clean end) or, with a sniffer, until the sniffer has decided
-// that the tunnel is not stratum (ended is false).
-func (t *tunnel) copy(dst net.Conn, src io.Reader, add func(int), sniff *stratumSniffer) (ended bool, err error) {
-	small := make([]byte, smallBufferSize)
-	buf := small
-	var large *[]byte
+	rc := rawConn(src)
+	var buf *[]byte
+	class := 0
 	defer func() {
-		if large != nil {
-			bufPool.Put(large)
+		if buf != nil {
+			putBuffer(buf, class)
 		}
 	}()
 	for {
-		n, rerr := src.Read(buf)
+		if buf == nil {
+			if rc != nil {
+				if err := waitReadable(rc); err != nil {
+					return err
+				}
+			}
+			buf, class = getBuffer(class)
+		}
+		b := *buf
+		n, rerr := src.Read(b)
 		if n > 0 {
 			t.touch()
-			if sniff != nil && sniff.feed(buf[:n]) {
-				return true, errStratum
+			if sniff != nil && !sniff.done && sniff.feed(b[:n]) {
+				return errStratum
 			}
-			wn, werr := dst.Write(buf[:n])
+			wn, werr := dst.Write(b[:n])
 			add(wn)
 			if werr != nil {
-				return true, werr
+				return werr
 			}
 		}
 		if rerr == io.EOF {
-			return true, nil
+			return nil
 		}
 		if rerr != nil {
-			return true, rerr
+			return rerr
 		}
-		if sniff != nil && sniff.done {
-			return false, nil
-		}
-		switch {
-		case large == nil && n == len(buf):
-			large = bufPool.Get().(*[]byte)
-			buf = *large
-		case large != nil && n < smallBufferSize:
-			bufPool.Put(large)
-			large, buf = nil, small
+		// A read that did not fill the buffer drained src for now: the
+		// buffer goes back, so that a direction gone quiet holds none.
+		if next := nextClass(class, n); next != class || (n < len(b) && rc != nil) {
+			putBuffer(buf, class)
+			buf, class = nil, next
 		}
 	}
 }
@@ -195,15 +170,15 @@ func (t *tunnel) finishDirection(dst net.Conn, err error) {
 	t.end("")
 }
 
-// touch notes that a byte moved through user space.
+// touch notes that bytes were read.
 func (t *tunnel) touch() { t.last.Store(t.p.clock.Now().UnixNano()) }
 
 // watch closes the tunnel when it has been idle for IdleTimeout or ctx
-// ends, until done is closed. A splice gives no sign of progress until its
-// chunk is done, so besides the bytes copied in user space, watch reads
-// the kernel's counters of both sockets (bytes received, and bytes sent
-// and acknowledged) every quarter of the timeout: a tunnel is idle when
-// neither has moved for IdleTimeout.
+// ends, until done is closed. A write to a slow reader can take long
+// with no sign of progress until it returns, so besides the bytes read,
+// watch reads the kernel's counters of both sockets (bytes received, and
+// bytes sent and acknowledged) every quarter of the timeout: a tunnel is
+// idle when neither has moved for IdleTimeout.
 func (t *tunnel) watch(ctx context.Context, done <-chan struct{}) {
 	idle := t.p.cfg.IdleTimeout
 	poll := max(idle/4, time.Millisecond)

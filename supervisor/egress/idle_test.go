@@ -16,12 +16,12 @@ import (
 
 var idleLine = regexp.MustCompile(`up=(\d+) down=(\d+) .*closed=idle`)
 
-// A slow reader keeps a spliced tunnel busy for several idle timeouts. The
-// splice toward the client is blocked on its chunk all along, so only the
+// A slow reader keeps a tunnel busy for several idle timeouts. The write
+// toward the client is blocked on its buffer all along, so only the
 // kernel's byte counters show that bytes move. Once the reader stops, the
 // tunnel closes as idle, and its log line counts exactly the bytes each
 // side got.
-func TestIdleTimeoutWhileSplicing(t *testing.T) {
+func TestIdleTimeoutWhileWriteBlocked(t *testing.T) {
 	fake := clock.NewFake(epoch)
 	const idle = time.Minute
 	h := start(t, func(c *Config) {
@@ -36,7 +36,7 @@ func TestIdleTimeoutWhileSplicing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 64 MiB is far more than the sockets on the way buffer, so the
-	// source keeps the splice full while the client reads slowly.
+	// source keeps the proxy's write full while the client reads slowly.
 	if err := binary.Write(c, binary.BigEndian, uint64(64<<20)); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +87,6 @@ func TestIdleTimeoutWhileSplicing(t *testing.T) {
 		t.Errorf("logged up=%d down=%d; the source got 8 bytes and the client %d", up, down, got)
 	}
 	if got >= 64<<20 {
-		t.Errorf("the client got all %d bytes: the splice was never held up", got)
+		t.Errorf("the client got all %d bytes: the proxy's write was never held up", got)
 	}
 }

@@ -1,0 +1,64 @@
+package egress
+
+import (
+	"errors"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawConn returns the socket behind c, or nil when c is not one.
+func rawConn(c net.Conn) syscall.RawConn {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// waitReadable waits until the socket behind rc has bytes to read, has
+// ended or has an error, without reading any. A pending error (a reset,
+// say) is left for the read that follows to report.
+func waitReadable(rc syscall.RawConn) error {
+	var b [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return !errors.Is(err, unix.EAGAIN)
+		}
+	})
+}
+
+// kernelBytes sums the kernel's counters of bytes received and bytes sent
+// and acknowledged over the TCP connections among cs. ok is false when
+// none of them is a TCP connection whose counters can be read.
+func kernelBytes(cs ...net.Conn) (n uint64, ok bool) {
+	for _, c := range cs {
+		tc, isTCP := c.(*net.TCPConn)
+		if !isTCP {
+			continue
+		}
+		rc, err := tc.SyscallConn()
+		if err != nil {
+			continue
+		}
+		var info *unix.TCPInfo
+		var ierr error
+		if err := rc.Control(func(fd uintptr) {
+			info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		}); err != nil || ierr != nil {
+			continue
+		}
+		n += info.Bytes_received + info.Bytes_acked
+		ok = true
+	}
+	return n, ok
+}
