@@ -372,6 +372,9 @@ func TestDevLendingByHand(t *testing.T) {
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	dev.waitLine(t, regexp.MustCompile(`relay for lent machines: (ws://\S+)`))
 	devAgent := dev.waitLine(t, regexp.MustCompile(`lending this machine as (cp_\S+)`))
+	// The supervisor's start pass runs before its own agent connects, so
+	// it finds no lender; the retry that follows reconciles the lender.
+	dev.waitLine(t, regexp.MustCompile(`msg=reconciled .*(unfinished=0)`))
 
 	// Out of the box: berth dev lends its own machine, and a local
 	// connection that names no lender uses it, the only one.

@@ -58,6 +58,13 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// Waiters returns how many Afters wait for the clock to move.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waiters)
+}
+
 // Advance moves the clock by d and fires every After that came due.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()

@@ -41,6 +41,8 @@ type Faults struct {
 	CreateDelay time.Duration
 	// FailDestroys makes the next n destroys fail.
 	FailDestroys int
+	// FailLists makes the next n lists fail with providers.ErrUnavailable.
+	FailLists int
 }
 
 // Provider is the fake provider.
@@ -210,6 +212,10 @@ func (p *Provider) Kill(machineID string) {
 func (p *Provider) List(ctx context.Context) ([]providers.Machine, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.faults.FailLists > 0 {
+		p.faults.FailLists--
+		return nil, fmt.Errorf("fake: list: %w", providers.ErrUnavailable)
+	}
 	out := make([]providers.Machine, 0, len(p.machines))
 	for _, mc := range p.machines {
 		out = append(out, mc.m)

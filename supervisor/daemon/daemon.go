@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berthdev/berth/internal/token"
@@ -489,15 +490,22 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	if err := d.Store.Heartbeat(ctx, d.Service.Instance(), time.Now()); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	if _, err := d.Service.Reconcile(ctx); err != nil {
-		d.log.Warn("reconcile at start", "err", err)
+	rep, err := d.Service.Reconcile(ctx)
+	if err != nil {
+		// A lender not yet connected, or a hosted API that failed:
+		// RetryReconcile tries those providers again, and warns if they
+		// keep failing.
+		d.log.Info("reconcile at start: some providers did not finish; trying them again", "providers", rep.Unfinished, "err", err)
 	}
 	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})
 	go func() {
 		defer close(reaped)
+		var wg sync.WaitGroup
+		wg.Go(func() { d.Service.RetryReconcile(reapCtx, rep.Unfinished) })
 		d.Service.RunReaper(reapCtx, d.opts.ReapInterval)
+		wg.Wait()
 	}()
 	// The warm pools fill behind the reaper; at shutdown the computers
 	// still waiting are removed (drainPool).
@@ -544,7 +552,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	d.log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	err := srv.Shutdown(sctx)
+	err = srv.Shutdown(sctx)
 	stopReaper()
 	<-reaped
 	<-egressDone
