@@ -19,7 +19,8 @@
 //     minute: Modal ends it if the supervisor cannot), the secret, port
 //     7070 open, and Berth's labels as tags;
 //   - SandboxGetTunnels for the tunnel to port 7070;
-//   - SandboxList by tags, and SandboxTerminate.
+//   - SandboxList by tags, batch after batch (beforeTimestamp), and
+//     SandboxTerminate.
 package modal
 
 import (
@@ -179,10 +180,11 @@ type tunnel struct {
 }
 
 type sandboxInfo struct {
-	ID       string   `json:"id"`
-	Tags     []tag    `json:"tags"`
-	Tunnels  []tunnel `json:"tunnels"`
-	TaskInfo *struct {
+	ID        string   `json:"id"`
+	Tags      []tag    `json:"tags"`
+	Tunnels   []tunnel `json:"tunnels"`
+	CreatedAt float64  `json:"createdAt"`
+	TaskInfo  *struct {
 		FinishedAt float64 `json:"finishedAt"`
 	} `json:"taskInfo"`
 }
@@ -322,6 +324,9 @@ func (m *Modal) Destroy(ctx context.Context, machineID string) error {
 
 // List returns the running sandboxes of the app tagged with Berth's
 // managed label; without a token in the context it answers nothing.
+// SandboxList answers in batches, newest first: as Modal's own client
+// does, List asks again for those created before the last one it got,
+// until a batch comes back empty (at most maxListPages batches).
 func (m *Modal) List(ctx context.Context) ([]providers.Machine, error) {
 	c := providers.CredentialsFrom(ctx)
 	if c[CredTokenID] == "" || c[CredTokenSecret] == "" {
@@ -331,28 +336,46 @@ func (m *Modal) List(ctx context.Context) ([]providers.Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
-	var res struct {
-		Sandboxes []sandboxInfo `json:"sandboxes"`
-	}
-	if _, err := m.call(ctx, c, "SandboxList", map[string]any{
-		"appId": appID, "environmentName": m.o.Environment, "includeFinished": false,
-		"tags": []tag{{providers.LabelManaged, "true"}},
-	}, &res); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
 	var out []providers.Machine
-	for _, s := range res.Sandboxes {
-		if s.TaskInfo != nil && s.TaskInfo.FinishedAt > 0 {
-			continue
+	var before float64
+	for range maxListPages {
+		req := map[string]any{
+			"appId": appID, "environmentName": m.o.Environment, "includeFinished": false,
+			"tags": []tag{{providers.LabelManaged, "true"}},
 		}
-		labels := labelsOf(s.Tags)
-		if labels[providers.LabelManaged] != "true" {
-			continue
+		if before > 0 {
+			req["beforeTimestamp"] = before
 		}
-		out = append(out, providers.Machine{ID: s.ID, Endpoint: m.endpoint(s.Tunnels), Labels: labels})
+		var res struct {
+			Sandboxes []sandboxInfo `json:"sandboxes"`
+		}
+		if _, err := m.call(ctx, c, "SandboxList", req, &res); err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		if len(res.Sandboxes) == 0 {
+			return out, nil
+		}
+		for _, s := range res.Sandboxes {
+			if s.TaskInfo != nil && s.TaskInfo.FinishedAt > 0 {
+				continue
+			}
+			labels := labelsOf(s.Tags)
+			if labels[providers.LabelManaged] != "true" {
+				continue
+			}
+			out = append(out, providers.Machine{ID: s.ID, Endpoint: m.endpoint(s.Tunnels), Labels: labels})
+		}
+		last := res.Sandboxes[len(res.Sandboxes)-1].CreatedAt
+		if last <= 0 || before > 0 && last >= before {
+			return nil, fmt.Errorf("list sandboxes: a batch did not move back in time (createdAt %v after %v)", last, before)
+		}
+		before = last
 	}
-	return out, nil
+	return nil, fmt.Errorf("list sandboxes: more than %d batches", maxListPages)
 }
+
+// maxListPages bounds the batches one List reads.
+const maxListPages = 1000
 
 // Transport implements providers.Transporter: tunnels are reached with
 // the provider's own transport.

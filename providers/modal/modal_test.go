@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -161,4 +162,42 @@ func TestRegistered(t *testing.T) {
 	}
 	hostedtest.RequireDescribed(t, modal.ID, modal.SettingHeadlessImage, false)
 	hostedtest.RequireDescribed(t, modal.ID, modal.CredTokenSecret, true)
+}
+
+// TestListPages: SandboxList answers in batches; List reads them all, as
+// Modal's client does, asking for those created before the last one.
+func TestListPages(t *testing.T) {
+	f, p, creds := newFake(t, nil)
+	f.PageSize = 2
+	s := spec(creds)
+	s.Image = providers.ImageHeadless
+	made := map[string]bool{}
+	for i := range 7 {
+		s.ComputerID, s.AttemptID = fmt.Sprintf("c%d", i), fmt.Sprintf("a_%d", i)
+		m, err := p.Create(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made[m.ID] = true
+	}
+	ms, err := p.List(providers.WithCredentials(t.Context(), creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, m := range ms {
+		got[m.ID] = true
+	}
+	if len(ms) != 7 || len(got) != 7 || !maps.Equal(got, made) {
+		t.Errorf("listed %d sandboxes (%d distinct), want the 7 made: %v", len(ms), len(got), ms)
+	}
+	lists := 0
+	for _, r := range f.Requests() {
+		if strings.HasSuffix(r.Path, "/SandboxList") {
+			lists++
+		}
+	}
+	if lists != 5 { // batches of 2, 2, 2, 1, then an empty one
+		t.Errorf("%d SandboxList calls, want 5", lists)
+	}
 }

@@ -14,7 +14,11 @@
 //     openPorts{ports[{port}]}}, tags[{tagName, tagValue}]} -> {sandboxId}
 //   - SandboxGetTunnels {sandboxId, timeout} -> {result, tunnels[{host,
 //     port, containerPort}]}
-//   - SandboxList {appId, tags, includeFinished} -> {sandboxes[SandboxInfo]}
+//   - SandboxList {appId, tags, includeFinished, beforeTimestamp} ->
+//     {sandboxes[SandboxInfo]}, newest first, at most PageSize of them
+//     created before beforeTimestamp (when set): Modal's client asks again
+//     with the createdAt of the last one until a batch is empty
+//     (Sandbox.list in modal/sandbox.py)
 //   - SandboxTerminate {sandboxId} -> {}
 //
 // Calls need the x-modal-token-id and x-modal-token-secret headers. A
@@ -27,8 +31,10 @@ package modalfake
 import (
 	"encoding/json"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers/internal/fakeapi"
@@ -49,6 +55,7 @@ type Sandbox struct {
 	Tags        map[string]string
 	Env         map[string]string
 	Ports       []int
+	CreatedAt   float64 // seconds since 1970, as SandboxInfo.created_at
 	computer    *fakeapi.Computer
 }
 
@@ -57,14 +64,18 @@ type Fake struct {
 	*fakeapi.Server
 	TokenID, TokenSecret string
 	Images               map[string]bool
+	// PageSize is the most sandboxes one SandboxList answers (default
+	// 10; set it before the first call).
+	PageSize int
 
 	edge      *fakeapi.Edge
 	dir       string
 	sandboxes *fakeapi.Fleet[Sandbox]
 
-	mu      sync.Mutex
-	apps    map[string]string // id by name
-	secrets map[string]map[string]string
+	mu          sync.Mutex
+	apps        map[string]string // id by name
+	secrets     map[string]map[string]string
+	lastCreated float64
 }
 
 var connectCodes = map[int]string{
@@ -259,8 +270,13 @@ func (f *Fake) sandboxCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "sandbox failed to start")
 		return
 	}
+	f.mu.Lock()
+	// Distinct times, so that a page boundary never splits a tie.
+	created := max(float64(time.Now().UnixMicro())/1e6, f.lastCreated+1e-6)
+	f.lastCreated = created
+	f.mu.Unlock()
 	s := &Sandbox{ID: randomID("sb-"), AppID: req.AppID, ImageID: req.Definition.ImageID,
-		TimeoutSecs: req.Definition.TimeoutSecs, Tags: map[string]string{}, Env: env, computer: c}
+		TimeoutSecs: req.Definition.TimeoutSecs, Tags: map[string]string{}, Env: env, CreatedAt: created, computer: c}
 	for _, p := range req.Definition.OpenPorts.Ports {
 		s.Ports = append(s.Ports, p.Port)
 	}
@@ -306,6 +322,7 @@ func (f *Fake) sandboxList(w http.ResponseWriter, r *http.Request) {
 			TagName  string `json:"tagName"`
 			TagValue string `json:"tagValue"`
 		} `json:"tags"`
+		BeforeTimestamp float64 `json:"beforeTimestamp"`
 	}
 	if !decode(w, r, &req) {
 		return
@@ -314,16 +331,25 @@ func (f *Fake) sandboxList(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tags {
 		want[t.TagName] = t.TagValue
 	}
+	matching := f.sandboxes.Matching(want)
+	sort.Slice(matching, func(i, j int) bool { return matching[i].CreatedAt > matching[j].CreatedAt })
+	page := f.PageSize
+	if page <= 0 {
+		page = 10
+	}
 	out := []map[string]any{}
-	for _, s := range f.sandboxes.Matching(want) {
-		if req.AppID != "" && s.AppID != req.AppID {
+	for _, s := range matching {
+		if req.AppID != "" && s.AppID != req.AppID || req.BeforeTimestamp > 0 && s.CreatedAt >= req.BeforeTimestamp {
 			continue
+		}
+		if len(out) == page {
+			break
 		}
 		tags := []map[string]string{}
 		for k, v := range s.Tags {
 			tags = append(tags, map[string]string{"tagName": k, "tagValue": v})
 		}
-		out = append(out, map[string]any{"id": s.ID, "appId": s.AppID, "imageId": s.ImageID, "tags": tags,
+		out = append(out, map[string]any{"id": s.ID, "appId": s.AppID, "imageId": s.ImageID, "tags": tags, "createdAt": s.CreatedAt,
 			"timeoutSecs": s.TimeoutSecs, "tunnels": f.tunnels(s), "taskInfo": map[string]any{"id": "ta-" + s.ID, "sandboxId": s.ID}})
 	}
 	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
