@@ -466,6 +466,7 @@ func TestDevLendingByHand(t *testing.T) {
 	if got := strings.TrimSpace(string(lbl)); got != lender.Deployment(lenderID) || got == lender.Deployment(devAgent) {
 		t.Fatalf("computer's deployment label %q, want %q", got, lender.Deployment(lenderID))
 	}
+	ownerCommands(t, ctx, s, env, filepath.Join(dir, "lender"), lenderID, url, sess.ID)
 	s.must("POST", "/v1/agents/byhand/computer/stop", nil, 200, nil)
 	run.stop(t)
 	dev.stop(t)
@@ -618,4 +619,89 @@ func TestRelayProcess(t *testing.T) {
 	run.stop(t)
 	rel.stop(t)
 	sup.stop(t)
+}
+
+// ownerCommands runs the owner's berth agent commands against a real
+// lending agent (data folder data, paired as lenderID with the supervisor
+// at url) that runs the session running: each is checked where it acts.
+func ownerCommands(t *testing.T, ctx context.Context, s *super, env []string, data, lenderID, url, running string) {
+	t.Helper()
+	owner := func(want int, args ...string) string {
+		t.Helper()
+		c := exec.CommandContext(ctx, berthBin, append(append([]string{"agent"}, args...), "--data", data)...)
+		c.Env = env
+		var out bytes.Buffer
+		c.Stdout, c.Stderr = &out, &out
+		err := c.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("berth agent %s: %v", strings.Join(args, " "), err)
+		}
+		if code != want {
+			t.Fatalf("berth agent %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, want, out.String())
+		}
+		return out.String()
+	}
+	mustMatch := func(out, re string) {
+		t.Helper()
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("want %s in:\n%s", re, out)
+		}
+	}
+
+	out := owner(0, "status")
+	mustMatch(out, `lending:\s+on\n`)
+	mustMatch(out, `supervisor:\s+`+regexp.QuoteMeta(url)+` as `+regexp.QuoteMeta(lenderID)+`\n`)
+	mustMatch(out, `computers:\s+1 running\n`)
+	mustMatch(owner(0, "sessions"), regexp.QuoteMeta(running)+`\s+byhand\s+\S+\s+headless\s+running\s`)
+
+	// Limits: changed and read back; out of range refused with the limit,
+	// and nothing changed.
+	mustMatch(owner(0, "settings", "maxComputers=3", "hours=00:00-23:59", "days=all"), `maxComputers\s+3\n`)
+	var set struct {
+		MaxComputers int `json:"maxComputers"`
+		Hours        struct{ From, To string }
+	}
+	if err := json.Unmarshal([]byte(owner(0, "settings", "--json")), &set); err != nil || set.MaxComputers != 3 || set.Hours.From != "00:00" || set.Hours.To != "23:59" {
+		t.Fatalf("settings read back: %+v %v", set, err)
+	}
+	mustMatch(owner(1, "settings", "maxComputers=100", "desktop=off"), `maxComputers.*64`)
+	mustMatch(owner(2, "settings", "desktop=maybe"), `desktop="maybe": want on or off`)
+	mustMatch(owner(2, "settings", "colour=blue"), `want KEY=VALUE with KEY one of lending, maxComputers`)
+	if err := json.Unmarshal([]byte(owner(0, "settings", "--json")), &set); err != nil || set.MaxComputers != 3 {
+		t.Fatalf("a refused change changed the settings: %+v %v", set, err)
+	}
+
+	// Lending off: a new start on this machine is refused, saying why.
+	mustMatch(owner(0, "lend", "off"), `lending off`)
+	s.must("POST", "/v1/agents", map[string]any{"id": "paused", "name": "paused"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "paused", "provider": "local",
+		"credentials": map[string]string{"lender": lenderID}}, 201, nil)
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if st := s.call("POST", "/v1/agents/paused/computer/start", nil, &e); st != 503 || e.Error.Code != "lending_paused" {
+		t.Fatalf("start while the owner paused lending: %d %+v", st, e)
+	}
+	mustMatch(owner(0, "lend", "on"), `lending on`)
+	mustMatch(owner(0, "usage", "--days", "2"), `today\s+\S+ of \S+`)
+	owner(2, "usage", "--days", "91")
+
+	// The owner stops the running computer by its session id.
+	mustMatch(owner(0, "stop", running), `stopped `+regexp.QuoteMeta(running))
+	container := "berth-c-" + strings.TrimPrefix(running, "s_")
+	if err := exec.Command("docker", "inspect", container).Run(); err == nil {
+		t.Fatalf("container %s still there after berth agent stop", container)
+	}
+	mustMatch(owner(0, "sessions"), `no computers running`)
+
+	// With no agent at the socket, the commands say so.
+	c := exec.CommandContext(ctx, berthBin, "agent", "status", "--data", t.TempDir())
+	c.Env = env
+	if out, err := c.CombinedOutput(); err == nil || !strings.Contains(string(out), "no lending agent answers at") {
+		t.Fatalf("status with no agent: %v %s", err, out)
+	}
 }
