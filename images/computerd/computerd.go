@@ -18,6 +18,11 @@ const (
 	EnvComputerID = "BERTH_COMPUTER_ID"
 	// EnvListen overrides the listen address (default ":7070").
 	EnvListen = "BERTH_LISTEN"
+	// EnvExpiresAt, when set, is an RFC 3339 time at which computerd
+	// shuts down as it does on SIGTERM and exits, ending the computer
+	// whose first process it is: the lease's end on a provider that has
+	// no lifetime of its own, should the supervisor be gone by then.
+	EnvExpiresAt = "BERTH_EXPIRES_AT"
 )
 
 // Limits computerd enforces on every request.

@@ -8,6 +8,8 @@ package railway
 // endpoint, POST /graphql/v2, with account and team tokens as a bearer
 // token and project tokens in Project-Access-Token; serviceCreate(input:
 // {projectId, environmentId, name, source: {image}, variables}),
+// serviceInstanceUpdate(serviceId, environmentId, input:
+// {restartPolicyType}) with ALWAYS, ON_FAILURE or NEVER,
 // serviceInstanceDeploy(serviceId, environmentId), deployments(first,
 // input: {serviceId, environmentId}) with statuses BUILDING, DEPLOYING,
 // SUCCESS, FAILED, serviceDomainCreate(input: {serviceId, environmentId,
@@ -61,6 +63,7 @@ type fakeService struct {
 	vars                    map[string]string
 	status                  string
 	polls                   int
+	restartPolicy           string // ON_FAILURE until set, as on Railway
 }
 
 func newFakeRailway(t testing.TB) *fakeRailway {
@@ -124,7 +127,7 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		src, _ := in["source"].(map[string]any)
-		s := &fakeService{id: "svc-" + strings.ToLower(rand.Text()[:10]), name: str(in, "name"), image: str(src, "image"), vars: map[string]string{}}
+		s := &fakeService{id: "svc-" + strings.ToLower(rand.Text()[:10]), name: str(in, "name"), image: str(src, "image"), vars: map[string]string{}, restartPolicy: "ON_FAILURE"}
 		if vars, ok := in["variables"].(map[string]any); ok {
 			for k, x := range vars {
 				s.vars[k], _ = x.(string)
@@ -139,6 +142,21 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.data(w, map[string]any{"serviceCreate": map[string]any{"id": s.id, "name": s.name}})
+	case "serviceInstanceUpdate":
+		s := f.services[str(v, "serviceId")]
+		if s == nil || str(v, "environmentId") != f.Env {
+			f.errors(w, "Service not found")
+			return
+		}
+		in, _ := v["input"].(map[string]any)
+		switch p := str(in, "restartPolicyType"); p {
+		case "ALWAYS", "ON_FAILURE", "NEVER":
+			s.restartPolicy = p
+		default:
+			f.errors(w, "Variable \"$input\" got invalid value \""+p+"\" at \"input.restartPolicyType\"")
+			return
+		}
+		f.data(w, map[string]any{"serviceInstanceUpdate": true})
 	case "serviceInstanceDeploy":
 		s := f.services[str(v, "serviceId")]
 		if s == nil {

@@ -58,6 +58,7 @@ const VarLabels = "BERTH_LABELS"
 
 const (
 	callTimeout  = 30 * time.Second
+	leaseGrace   = time.Minute // past the lease before a computer ends itself
 	readyTimeout = 5 * time.Minute
 )
 
@@ -239,6 +240,7 @@ func opName(q string) string {
 // The GraphQL documents the provider sends.
 const (
 	qServiceCreate = `mutation serviceCreate($input: ServiceCreateInput!) { serviceCreate(input: $input) { id name } }`
+	qPolicy        = `mutation serviceInstanceUpdate($serviceId: String!, $environmentId: String, $input: ServiceInstanceUpdateInput!) { serviceInstanceUpdate(serviceId: $serviceId, environmentId: $environmentId, input: $input) }`
 	qDeploy        = `mutation serviceInstanceDeploy($serviceId: String!, $environmentId: String!) { serviceInstanceDeploy(serviceId: $serviceId, environmentId: $environmentId) }`
 	qDeployments   = `query deployments($input: DeploymentListInput!) { deployments(first: 1, input: $input) { edges { node { id status } } } }`
 	qDomainCreate  = `mutation serviceDomainCreate($input: ServiceDomainCreateInput!) { serviceDomainCreate(input: $input) { id domain } }`
@@ -268,6 +270,13 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 	vars := map[string]string{computerd.EnvTokenHash: spec.TokenHash, computerd.EnvComputerID: spec.ComputerID, VarLabels: string(labels)}
 	for k, v := range providers.HostedEnv(spec.Env) {
 		vars[k] = v
+	}
+	if spec.Lease > 0 {
+		// A Railway service has no lifetime: computerd ends the computer
+		// itself a minute after the lease, and the restart policy set
+		// below keeps it ended, should the supervisor not be there to
+		// delete the service.
+		vars[computerd.EnvExpiresAt] = time.Now().Add(spec.Lease + leaseGrace).UTC().Format(time.RFC3339)
 	}
 	name := Name(spec.ComputerID)
 	var created struct {
@@ -304,6 +313,10 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 			return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 		}
 		r.log.Warn("create reply lost; found the service by its name", "computer", spec.ComputerID, "service", id)
+	}
+	if err := r.gql(ctx, cr, qPolicy, map[string]any{"serviceId": id, "environmentId": cr.env,
+		"input": map[string]any{"restartPolicyType": "NEVER"}}, nil); err != nil {
+		return providers.Machine{}, fmt.Errorf("create computer %s: restart policy: %w", spec.ComputerID, err)
 	}
 	if err := r.gql(ctx, cr, qDeploy, map[string]any{"serviceId": id, "environmentId": cr.env}, nil); err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: deploy: %w", spec.ComputerID, err)

@@ -2,6 +2,7 @@ package railway
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/providertest"
 )
@@ -53,6 +55,18 @@ func TestServiceAndTokens(t *testing.T) {
 		vars, _ := in["variables"].(map[string]any)
 		if src["image"] != DefaultHeadlessImage || in["name"] != Name(s.ComputerID) || vars["BERTH_TOKEN_SHA256"] != strings.Repeat("ef", 32) || vars["TURN_PUBLIC_HOST"] != "turn.example" {
 			t.Errorf("serviceCreate input %v", in)
+		}
+		// The lease's end, plus a minute, for computerd to end the
+		// computer by itself; and no restarts after that.
+		expires, err := time.Parse(time.RFC3339, fmt.Sprint(vars[computerd.EnvExpiresAt]))
+		if want := time.Now().Add(s.Lease + time.Minute); err != nil || expires.Before(want.Add(-time.Minute)) || expires.After(want.Add(time.Second)) {
+			t.Errorf("%s = %v (%v), want about %v", computerd.EnvExpiresAt, vars[computerd.EnvExpiresAt], err, want)
+		}
+		f.mu.Lock()
+		policy := f.services[m.ID].restartPolicy
+		f.mu.Unlock()
+		if policy != "NEVER" {
+			t.Errorf("restart policy %q, want NEVER", policy)
 		}
 		for k, v := range vars {
 			if v == f.Token {

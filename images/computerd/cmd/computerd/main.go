@@ -51,10 +51,20 @@ func run(log *slog.Logger) error {
 	hash := os.Getenv(computerd.EnvTokenHash)
 	bindHash := os.Getenv(computerd.EnvBindHash)
 	id := os.Getenv(computerd.EnvComputerID)
+	expiresAt := os.Getenv(computerd.EnvExpiresAt)
 	// Commands inherit computerd's environment: they must not see these.
 	os.Unsetenv(computerd.EnvTokenHash)
 	os.Unsetenv(computerd.EnvBindHash)
 	os.Unsetenv(computerd.EnvComputerID)
+	os.Unsetenv(computerd.EnvExpiresAt)
+	var expired <-chan time.Time // nil: never
+	if expiresAt != "" {
+		t, err := time.Parse(time.RFC3339, expiresAt)
+		if err != nil {
+			return fmt.Errorf("%s must be an RFC 3339 time such as 2026-12-01T10:00:00Z: %w", computerd.EnvExpiresAt, err)
+		}
+		expired = time.After(time.Until(t))
+	}
 	if hash == "" && bindHash != "" {
 		// A warm-pool computer: it waits for its one bind.
 		if b, err := hex.DecodeString(bindHash); err != nil || len(b) != 32 {
@@ -111,6 +121,8 @@ func run(log *slog.Logger) error {
 		return fmt.Errorf("serve: %w", err)
 	case sig := <-sigs:
 		log.Info("shutting down; a second signal forces it", "signal", sig.String())
+	case <-expired:
+		log.Info("shutting down: the computer's lifetime is over", "expires", expiresAt)
 	}
 
 	// First signal: stop accepting, let running requests and commands end.
