@@ -29,7 +29,8 @@ const (
 	startClaim = 5 * time.Minute
 	// reapClaim is how long a reaper owns a session it acts on.
 	reapClaim = 2 * time.Minute
-	// purgeEvery is how often the reaper deletes expired call records.
+	// purgeEvery is how often the reaper deletes expired call records and
+	// lapsed viewer seats.
 	purgeEvery = time.Minute
 )
 
@@ -484,10 +485,18 @@ func (s *Service) Reap(ctx context.Context) {
 	}
 	s.resolveOrphans(ctx)
 	// Records live a day: deleting the expired ones once a minute is enough.
+	// A lapsed viewer seat counts for nothing, and taking a seat drops its
+	// desktop's lapsed ones; the purge clears those of desktops nobody
+	// watches any more.
 	if now.Sub(s.lastPurge) >= purgeEvery {
 		s.lastPurge = now
 		if n, err := s.st.PurgeCalls(ctx, now.Add(-store.CallTTL)); err == nil && n > 0 {
 			s.log.Debug("purged call records", "n", n)
+		}
+		if n, err := s.st.PurgeSeats(ctx, now); err != nil {
+			s.log.Warn("purge viewer seats", "err", err)
+		} else if n > 0 {
+			s.log.Debug("purged viewer seats", "n", n)
 		}
 	}
 }

@@ -88,7 +88,7 @@ type Service struct {
 	http *http.Client
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
-	lastPurge time.Time  // of call records, under reapMu
+	lastPurge time.Time  // of call records and viewer seats, under reapMu
 	instance  string
 
 	depMu      sync.Mutex

@@ -66,7 +66,7 @@ func writeError(w http.ResponseWriter, err error) {
 // authorize checks the view token of a request for its session.
 func (m *Manager) authorize(r *http.Request) (session, viewer string, exp time.Time, err error) {
 	session = r.PathValue("session")
-	viewer, exp, err = m.check(session, r.URL.Query().Get("token"))
+	viewer, exp, err = m.check(r.Context(), session, r.URL.Query().Get("token"))
 	return session, viewer, exp, err
 }
 
@@ -164,12 +164,17 @@ func (m *Manager) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	exp := m.cfg.Clock.Now().Add(m.cfg.TokenTTL)
-	m.mu.Lock()
-	if seats := m.seats[session]; seats != nil {
-		seats[viewer] = exp
+	now := m.cfg.Clock.Now()
+	exp := now.Add(m.cfg.TokenTTL)
+	if err := m.cfg.Store.RenewSeat(r.Context(), session, viewer, exp, now); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = &supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "view token: this viewer has left; ask for a new link"}
+		} else {
+			m.log.Warn("renew a viewer seat", "session", session, "viewer", viewer, "err", err)
+		}
+		writeError(w, err)
+		return
 	}
-	m.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"token": m.sign(session, viewer, exp), "expiresAt": exp.UTC()})
 }
 
@@ -180,9 +185,11 @@ func (m *Manager) leave(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	m.mu.Lock()
-	delete(m.seats[session], viewer)
-	m.mu.Unlock()
+	if err := m.cfg.Store.LeaveSeat(r.Context(), session, viewer); err != nil {
+		m.log.Warn("free a viewer seat", "session", session, "viewer", viewer, "err", err)
+		writeError(w, err)
+		return
+	}
 	m.log.Info("viewer left", "session", session, "viewer", viewer)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -2,7 +2,8 @@
 // short-lived view tokens for a desktop session, serves the viewer page,
 // and signals between the viewer's browser and the computer's streamer,
 // handing each side its own TURN credentials. It also enforces how many
-// viewers may use one computer's desktop at once.
+// viewers may use one computer's desktop at once, with seats kept in the
+// store, so that every supervisor sharing a store counts the same seats.
 package liveview
 
 import (
@@ -21,7 +22,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
@@ -81,9 +81,6 @@ type Manager struct {
 	log *slog.Logger
 	key []byte
 	mux *http.ServeMux
-
-	mu    sync.Mutex
-	seats map[string]map[string]time.Time // session -> viewer -> token expiry
 }
 
 // New returns a Manager for cfg.
@@ -113,9 +110,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("component", "liveview"),
-		key:   []byte(cfg.Tokens.Derive(token.View, "view-tokens")),
-		mux:   http.NewServeMux(),
-		seats: map[string]map[string]time.Time{},
+		key: []byte(cfg.Tokens.Derive(token.View, "view-tokens")),
+		mux: http.NewServeMux(),
 	}
 	m.mux.HandleFunc("GET /view/{session}", m.page)
 	m.mux.HandleFunc("GET /view/{session}/owner", m.owner)
@@ -164,7 +160,7 @@ func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) 
 	if err := m.viewable(x); err != nil {
 		return Grant{}, err
 	}
-	g, err := m.seat(x)
+	g, err := m.seat(ctx, x)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -175,22 +171,26 @@ func (m *Manager) Issue(ctx context.Context, agent, base string) (Grant, error) 
 }
 
 // seat takes a viewer's seat at the session's desktop, within
-// DesktopUsers, and warms its encoder. The grant's URL is the viewer
-// page's path and query, without the supervisor's base.
-func (m *Manager) seat(x store.Session) (Grant, error) {
+// DesktopUsers counted across every supervisor of the store, and warms its
+// encoder. The grant's URL is the viewer page's path and query, without
+// the supervisor's base.
+func (m *Manager) seat(ctx context.Context, x store.Session) (Grant, error) {
 	now := m.cfg.Clock.Now()
 	viewer := newViewerID()
 	exp := now.Add(m.cfg.TokenTTL)
-	m.mu.Lock()
-	seats := m.prune(x.ID, now)
-	if len(seats) >= m.cfg.DesktopUsers {
-		m.mu.Unlock()
+	n, err := m.cfg.Store.TakeSeat(ctx, x.ID, viewer, exp, now, m.cfg.DesktopUsers)
+	var full *store.SeatsFullError
+	switch {
+	case errors.As(err, &full):
 		return Grant{}, &supervisor.Error{Status: http.StatusConflict, Code: CodeDesktopBusy,
-			Message: fmt.Sprintf("the desktop of session %s already has %d viewers (DESKTOP_USERS is %d); try again when one leaves", x.ID, len(seats), m.cfg.DesktopUsers)}
+			Message: fmt.Sprintf("the desktop of session %s already has %d viewers (DESKTOP_USERS is %d); try again when one leaves", x.ID, full.Held, m.cfg.DesktopUsers)}
+	case errors.Is(err, store.ErrNotFound):
+		return Grant{}, &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("session %s has ended", x.ID)}
+	case err != nil:
+		m.log.Warn("take a viewer seat", "session", x.ID, "err", err)
+		return Grant{}, err
 	}
-	seats[viewer] = exp
-	n := len(seats)
-	m.mu.Unlock()
 
 	go m.warm(x)
 	tok := m.sign(x.ID, viewer, exp)
@@ -217,28 +217,6 @@ func (m *Manager) Screenshot(ctx context.Context, agent string) ([]byte, error) 
 		return nil, &supervisor.Error{Status: http.StatusBadGateway, Code: supervisor.CodeProvider, Message: "the computer did not answer with a screenshot; retrying may help"}
 	}
 	return png, nil
-}
-
-// prune drops the session's expired seats and returns its seats; m.mu is
-// held.
-func (m *Manager) prune(session string, now time.Time) map[string]time.Time {
-	seats := m.seats[session]
-	if seats == nil {
-		seats = map[string]time.Time{}
-		m.seats[session] = seats
-	}
-	for v, exp := range seats {
-		if !now.Before(exp) {
-			delete(seats, v)
-		}
-	}
-	// Forget sessions with no seats left, so the map does not grow.
-	for s, vs := range m.seats {
-		if s != session && len(vs) == 0 {
-			delete(m.seats, s)
-		}
-	}
-	return seats
 }
 
 // viewable checks that a session is a running desktop reachable for
@@ -321,7 +299,7 @@ func (m *Manager) owner(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
-	g, err := m.seat(x)
+	g, err := m.seat(r.Context(), x)
 	if err != nil {
 		fail(err)
 		return
@@ -348,8 +326,8 @@ func (m *Manager) sign(session, viewer string, exp time.Time) string {
 
 // check verifies a view token for the session named in the path and
 // returns its viewer. A token of another session, an expired one, a forged
-// one and one whose viewer left are all refused.
-func (m *Manager) check(session, tok string) (string, time.Time, error) {
+// one and one whose viewer left (or whose seat lapsed) are all refused.
+func (m *Manager) check(ctx context.Context, session, tok string) (string, time.Time, error) {
 	refused := func(why string) (string, time.Time, error) {
 		return "", time.Time{}, &supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "view token: " + why}
 	}
@@ -378,9 +356,11 @@ func (m *Manager) check(session, tok string) (string, time.Time, error) {
 		return refused("expired; ask for a new link")
 	}
 	viewer := parts[2]
-	m.mu.Lock()
-	_, seated := m.seats[session][viewer]
-	m.mu.Unlock()
+	seated, err := m.cfg.Store.Seated(ctx, session, viewer, now)
+	if err != nil {
+		m.log.Warn("look up a viewer seat", "session", session, "viewer", viewer, "err", err)
+		return "", time.Time{}, err
+	}
 	if !seated {
 		return refused("this viewer has left; ask for a new link")
 	}

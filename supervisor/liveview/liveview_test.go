@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,44 +21,69 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/images/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/pgtest"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m)) }
 
 const turnSecret = "liveview-test-turn-secret"
 
-// sessions is the part of the store live view reads: sessions by agent
-// and by id.
-type sessions struct {
-	store.Store
-	mu   sync.Mutex
-	byID map[string]store.Session
+// openSQLite opens a new store in the test's directory.
+func openSQLite(t *testing.T) store.Store {
+	t.Helper()
+	return openSQLiteAt(t, filepath.Join(t.TempDir(), "berth.db"))
 }
 
-func (s *sessions) LiveSession(_ context.Context, agent string) (store.Session, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, x := range s.byID {
-		if x.AgentID == agent {
-			return x, nil
-		}
+func openSQLiteAt(t *testing.T, path string) store.Store {
+	t.Helper()
+	st, err := sqlstore.OpenSQLite(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return store.Session{}, store.ErrNotFound
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
-func (s *sessions) GetSession(_ context.Context, id string) (store.Session, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	x, ok := s.byID[id]
-	if !ok {
-		return x, store.ErrNotFound
+func openPostgres(t *testing.T, url string) store.Store {
+	t.Helper()
+	st, err := sqlstore.OpenPostgres(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return x, nil
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// addSession records x in the store as the supervisor would: its agent
+// and connection, the reservation, then the running computer.
+func addSession(t *testing.T, st store.Store, x store.Session, now time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	if err := st.CreateAgent(ctx, store.Agent{ID: x.AgentID, Name: x.AgentID, Workspace: "default", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateConnection(ctx, store.Connection{AgentID: x.AgentID, Provider: x.Provider, Image: x.Image,
+		LeaseSeconds: 900, DailySeconds: 3600, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Reserve(ctx, store.Reservation{
+		Session:    store.Session{ID: x.ID, AgentID: x.AgentID, ComputerID: x.ComputerID, AttemptID: "a-" + x.ID, Image: x.Image},
+		Now:        now,
+		MinSeconds: 60,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.State, r.MachineID, r.Endpoint, r.ExpiresAt = x.State, x.MachineID, x.Endpoint, x.ExpiresAt
+	if err := st.UpdateSession(ctx, r, store.StateStarting); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // computer stands for a desktop computer's computerd: it checks the
@@ -100,7 +126,7 @@ type fixture struct {
 	m     *liveview.Manager
 	srv   *httptest.Server
 	clk   *clock.Fake
-	st    *sessions
+	st    store.Store
 	comp  *computer
 	toks  *token.Deriver
 	start time.Time
@@ -111,19 +137,33 @@ func newFixture(t *testing.T, users int) *fixture {
 	return newFixtureWith(t, users, nil)
 }
 
-// newFixtureWith is newFixture with providers by id.
+// newFixtureWith is newFixture with providers by id. Its store holds the
+// desktop sessions s1 (of agent a1) and s2 (a2), and the headless s3 (a3).
 func newFixtureWith(t *testing.T, users int, provs map[string]providers.Provider) *fixture {
+	t.Helper()
+	f := newFixtureOn(t, users, provs, openSQLite(t))
+	for _, x := range []store.Session{
+		{ID: "s1", AgentID: "a1", ComputerID: "c1", Image: providers.ImageDesktop},
+		{ID: "s2", AgentID: "a2", ComputerID: "c2", Image: providers.ImageDesktop},
+		{ID: "s3", AgentID: "a3", ComputerID: "c3", Image: providers.ImageHeadless},
+	} {
+		x.State, x.Provider, x.Endpoint, x.ExpiresAt = store.StateRunning, "docker", f.comp.srv.URL, f.start.Add(10*time.Minute)
+		addSession(t, f.st, x, f.start)
+	}
+	return f
+}
+
+// newFixtureOn is a supervisor's live view on st, which may be shared
+// with other fixtures; it adds no sessions.
+func newFixtureOn(t *testing.T, users int, provs map[string]providers.Provider, st store.Store) *fixture {
 	t.Helper()
 	toks, err := token.NewDeriver([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	f := &fixture{clk: clock.NewFake(now), toks: toks, start: now, st: &sessions{byID: map[string]store.Session{}}}
+	f := &fixture{clk: clock.NewFake(now), toks: toks, start: now, st: st}
 	f.comp = newComputer(t, toks.Derive(token.Computer, "c1"))
-	f.st.byID["s1"] = store.Session{ID: "s1", AgentID: "a1", ComputerID: "c1", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
-	f.st.byID["s2"] = store.Session{ID: "s2", AgentID: "a2", ComputerID: "c2", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
-	f.st.byID["s3"] = store.Session{ID: "s3", AgentID: "a3", ComputerID: "c3", State: store.StateRunning, Image: providers.ImageHeadless, Provider: "docker", Endpoint: f.comp.srv.URL, ExpiresAt: now.Add(10 * time.Minute)}
 	f.m, err = liveview.New(liveview.Config{
 		Store: f.st, Tokens: toks, Providers: provs, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
 		DesktopUsers: users, TokenTTL: time.Minute, Clock: f.clk,
@@ -411,10 +451,10 @@ func (tunnelled) Transport(providers.Machine, map[string]string) http.RoundTripp
 func TestLentDesktop(t *testing.T) {
 	p := &lent{}
 	f := newFixtureWith(t, 2, map[string]providers.Provider{"local": p, "tunnel": tunnelled{}})
-	f.st.byID["s4"] = store.Session{ID: "s4", AgentID: "a4", ComputerID: "c4", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "local",
-		MachineID: "cp_1/berth-c4", Endpoint: "http://lender/v1/computers/c4/computerd", ExpiresAt: f.start.Add(10 * time.Minute)}
-	f.st.byID["s5"] = store.Session{ID: "s5", AgentID: "a5", ComputerID: "c5", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "tunnel",
-		Endpoint: f.comp.srv.URL, ExpiresAt: f.start.Add(10 * time.Minute)}
+	addSession(t, f.st, store.Session{ID: "s4", AgentID: "a4", ComputerID: "c4", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "local",
+		MachineID: "cp_1/berth-c4", Endpoint: "http://lender/v1/computers/c4/computerd", ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
+	addSession(t, f.st, store.Session{ID: "s5", AgentID: "a5", ComputerID: "c5", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "tunnel",
+		Endpoint: f.comp.srv.URL, ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
 	f.comp = newComputer(t, f.toks.Derive(token.Computer, "c4"))
 	p.to = f.comp.srv.URL
 
@@ -434,5 +474,136 @@ func TestLentDesktop(t *testing.T) {
 	_, err := f.m.Issue(context.Background(), "a5", f.srv.URL)
 	if e := supervisor.AsError(err); e.Status != 409 || e.Code != liveview.CodeNotDesktop {
 		t.Errorf("a tunnelled desktop: %+v, want 409 not_desktop", e)
+	}
+}
+
+// TestSeatsAcrossSupervisors: two supervisors share one store (two
+// stores on one SQLite file, and two on one PostgreSQL database), each
+// with its own live view. DESKTOP_USERS counts the viewers of both: past
+// it, either one answers desktop_busy; a seat taken through one is good,
+// renewed and freed through the other; viewers arriving at both at once
+// get exactly the seats there are.
+func TestSeatsAcrossSupervisors(t *testing.T) {
+	for name, open := range map[string]func(t *testing.T) (store.Store, store.Store){
+		"sqlite": func(t *testing.T) (store.Store, store.Store) {
+			path := filepath.Join(t.TempDir(), "berth.db")
+			return openSQLiteAt(t, path), openSQLiteAt(t, path)
+		},
+		"postgres": func(t *testing.T) (store.Store, store.Store) {
+			url := pgtest.Start(t)
+			return openPostgres(t, url), openPostgres(t, url)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st1, st2 := open(t)
+			f1 := newFixtureOn(t, 2, nil, st1)
+			f2 := newFixtureOn(t, 2, nil, st2)
+			addSession(t, st1, store.Session{ID: "s1", AgentID: "a1", ComputerID: "c1", State: store.StateRunning, Image: providers.ImageDesktop,
+				Provider: "docker", Endpoint: f1.comp.srv.URL, ExpiresAt: f1.start.Add(10 * time.Minute)}, f1.start)
+			testSeatsAcross(t, f1, f2)
+		})
+	}
+}
+
+func testSeatsAcross(t *testing.T, f1, f2 *fixture) {
+	ctx := t.Context()
+	advance := func(d time.Duration) { f1.clk.Advance(d); f2.clk.Advance(d) }
+	busy := func(f *fixture, which string) {
+		t.Helper()
+		_, err := f.m.Issue(ctx, "a1", f.srv.URL)
+		if e := supervisor.AsError(err); e.Status != 409 || e.Code != liveview.CodeDesktopBusy ||
+			!strings.Contains(e.Message, "already has 2 viewers (DESKTOP_USERS is 2)") {
+			t.Fatalf("a viewer at %s past two seats: %+v, want 409 desktop_busy naming 2 viewers and the limit", which, e)
+		}
+	}
+
+	g1 := f1.issue(t, "a1")
+	g2 := f2.issue(t, "a1")
+	if g1.Viewers != 1 || g2.Viewers != 2 {
+		t.Fatalf("viewers: %d at the first supervisor, then %d at the second; want 1, then 2 counted across both", g1.Viewers, g2.Viewers)
+	}
+	busy(f2, "the second supervisor")
+	busy(f1, "the first supervisor")
+
+	// A seat taken at one supervisor is seen, renewed and freed at the other.
+	if st := f2.page(t, "s1", g1.Token); st != 200 {
+		t.Fatalf("the second supervisor's page with the first's token: %d, want 200", st)
+	}
+	advance(40 * time.Second)
+	st, body := f2.post(t, "s1", "renew", g1.Token, "")
+	if st != 200 {
+		t.Fatalf("renew at the second supervisor: %d %s", st, body)
+	}
+	var r struct{ Token string }
+	json.Unmarshal([]byte(body), &r)
+	advance(40 * time.Second) // g2's seat lapsed; g1's lives on, renewed
+	if st := f1.page(t, "s1", r.Token); st != 200 {
+		t.Fatalf("the first supervisor's page with the renewed token: %d, want 200", st)
+	}
+	if st := f1.page(t, "s1", g2.Token); st != 403 {
+		t.Errorf("a lapsed seat's token at the first supervisor: %d, want 403", st)
+	}
+	g3 := f1.issue(t, "a1") // takes the lapsed seat
+	if g3.Viewers != 2 {
+		t.Errorf("viewers after a seat lapsed and was taken again: %d, want 2", g3.Viewers)
+	}
+	busy(f2, "the second supervisor")
+	if st, _ := f2.post(t, "s1", "leave", r.Token, ""); st != 204 {
+		t.Fatalf("leave at the second supervisor: %d", st)
+	}
+	if st := f1.page(t, "s1", r.Token); st != 403 {
+		t.Errorf("a token after leaving at the other supervisor: %d, want 403", st)
+	}
+	if st, body := f1.post(t, "s1", "renew", r.Token, ""); st != 403 {
+		t.Errorf("renew after leaving at the other supervisor: %d %s, want 403", st, body)
+	}
+
+	// The seat left free goes to exactly one of many viewers arriving at
+	// both supervisors at once.
+	const viewers = 16
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		seated int
+	)
+	start := make(chan struct{})
+	for i := range viewers {
+		f := []*fixture{f1, f2}[i%2]
+		wg.Go(func() {
+			<-start
+			_, err := f.m.Issue(ctx, "a1", f.srv.URL)
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				seated++
+			} else if e := supervisor.AsError(err); e.Code != liveview.CodeDesktopBusy {
+				t.Errorf("viewer %d: %v, want a seat or desktop_busy", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if seated != 1 {
+		t.Errorf("%d of %d viewers at two supervisors got the one free seat, want 1", seated, viewers)
+	}
+	waitWarms(t, f1.comp, 3+seated)
+}
+
+// waitWarms waits until the computer has had n warm requests, so that no
+// warm-up outlives the test.
+func waitWarms(t *testing.T, c *computer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		got := c.warms
+		c.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm requests: %d, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

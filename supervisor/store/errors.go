@@ -12,6 +12,8 @@ var (
 	ErrConflict = errors.New("already exists")
 	ErrLive     = errors.New("agent has a live session")
 	ErrStale    = errors.New("session changed concurrently")
+	// ErrSeatsFull is what a *SeatsFullError is (errors.Is).
+	ErrSeatsFull = errors.New("every viewer seat is taken")
 )
 
 // BudgetError is returned by Reserve when today's budget is too small.
@@ -25,3 +27,17 @@ func (e *BudgetError) Error() string {
 	return fmt.Sprintf("daily budget has %d s left, a session needs at least %d s; it resets at %s",
 		e.LeftSeconds, e.MinSeconds, e.ResetsAt.UTC().Format(time.RFC3339))
 }
+
+// SeatsFullError is returned by TakeSeat when other viewers hold every
+// seat of a session's desktop.
+type SeatsFullError struct {
+	Held  int // seats held by other viewers
+	Limit int
+}
+
+func (e *SeatsFullError) Error() string {
+	return fmt.Sprintf("viewer seats: %d held, the limit is %d", e.Held, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrSeatsFull) true.
+func (e *SeatsFullError) Is(target error) bool { return target == ErrSeatsFull }

@@ -158,6 +158,7 @@ type Store interface {
 	Calls
 	Pairing
 	Pool
+	Seats
 	Close() error
 }
 

@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -219,4 +220,68 @@ func BenchmarkLiveSession(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestPostgresSeatsAcrossStores: viewers of one desktop arrive at once
+// through several supervisors, each with its own store on one database:
+// exactly the limit get a seat, counted across all of them.
+func TestPostgresSeatsAcrossStores(t *testing.T) {
+	ctx := testContext(t)
+	url := pgtest.Start(t)
+	const supervisors, viewers, limit = 4, 32, 2
+	stores := make([]*sqlstore.Store, supervisors)
+	for i := range stores {
+		s, err := sqlstore.OpenPostgres(ctx, url)
+		if err != nil {
+			t.Fatalf("supervisor %d: %v", i, err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	s := stores[0]
+	if err := s.CreateAgent(ctx, store.Agent{ID: "a1", Name: "one", Workspace: "default", CreatedAt: benchT0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateConnection(ctx, store.Connection{AgentID: "a1", Provider: "docker", Image: "desktop",
+		LeaseSeconds: 900, DailySeconds: 3600, CreatedAt: benchT0, Credentials: []byte("sealed")}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := s.Reserve(ctx, store.Reservation{Session: store.Session{ID: "s1", AgentID: "a1"}, Now: benchT0, MinSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  int
+		errs []error
+	)
+	start := make(chan struct{})
+	for i := range viewers {
+		wg.Go(func() {
+			<-start
+			_, err := stores[i%supervisors].TakeSeat(ctx, x.ID, fmt.Sprintf("w%02d", i), benchT0.Add(2*time.Minute), benchT0, limit)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, store.ErrSeatsFull):
+				errs = append(errs, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("take seat: %v", err)
+	}
+	if won != limit {
+		t.Errorf("%d viewers got a seat through %d supervisors, want %d", won, supervisors, limit)
+	}
+	for i, st := range stores {
+		if n, err := st.SeatsHeld(ctx, x.ID, benchT0); err != nil || n != limit {
+			t.Errorf("supervisor %d counts %d seats, %v; want %d", i, n, err, limit)
+		}
+	}
 }

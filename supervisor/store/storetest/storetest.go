@@ -3,7 +3,7 @@
 // that all of them keep one contract: agents and connections, reservations
 // against the daily budget, compare-and-set session updates, the reaper's
 // queries, usage, idempotency records, instance liveness and session
-// claims, also under concurrent use.
+// claims, viewer seats, also under concurrent use.
 //
 // The suite takes its times from fixed instants, never from the clock, and
 // never sleeps.
@@ -52,6 +52,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentBeginCall", testConcurrentBeginCall},
 		{"Pairing", testPairing}, {"PairCodeExpiry", testPairCodeExpiry}, {"ConcurrentRedeem", testConcurrentRedeem},
 		{"Pool", testPool}, {"ConcurrentPoolClaim", testConcurrentPoolClaim},
+		{"SeatLimit", testSeatLimit}, {"SeatExpiry", testSeatExpiry}, {"SeatRenewLeave", testSeatRenewLeave},
+		{"PurgeSeats", testPurgeSeats}, {"ConcurrentSeats", testConcurrentSeats},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

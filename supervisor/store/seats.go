@@ -1,0 +1,35 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Seats keeps the viewer seats of live view: which viewers watch a
+// session's desktop, each until its seat expires. Every supervisor that
+// shares a store counts the same seats, so a desktop's limit holds across
+// all of them. A seat is held at now while now is before its expiry.
+// Every Store implements it.
+type Seats interface {
+	// TakeSeat seats viewer at the session's desktop until expires and
+	// returns how many seats the session holds at now, this one included.
+	// In one step it drops the session's seats that expired by now, refuses
+	// with a *SeatsFullError when viewers other than this one hold limit
+	// seats or more, and otherwise records the viewer's seat (a viewer
+	// seated already gets the new expiry). It returns ErrNotFound when the
+	// session does not exist.
+	TakeSeat(ctx context.Context, session, viewer string, expires, now time.Time, limit int) (held int, err error)
+	// RenewSeat moves the expiry of a seat still held at now to expires;
+	// ErrNotFound when the viewer left or its seat lapsed.
+	RenewSeat(ctx context.Context, session, viewer string, expires, now time.Time) error
+	// LeaveSeat frees a viewer's seat; a seat that is gone already is no
+	// error.
+	LeaveSeat(ctx context.Context, session, viewer string) error
+	// Seated reports whether viewer holds a seat at the session's desktop
+	// at now.
+	Seated(ctx context.Context, session, viewer string, now time.Time) (bool, error)
+	// SeatsHeld counts the session's seats held at now.
+	SeatsHeld(ctx context.Context, session string, now time.Time) (int, error)
+	// PurgeSeats deletes the seats of every session that expired by now.
+	PurgeSeats(ctx context.Context, now time.Time) (int64, error)
+}
