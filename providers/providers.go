@@ -179,6 +179,20 @@ type Describer interface {
 // proxyVars are the egress proxy's variables in a computer's environment.
 var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
 
+// LeaseGrace is how long past its lease a computer on a provider with no
+// lifetime of its own ends itself, should no supervisor delete it.
+const LeaseGrace = time.Minute
+
+// ExpiresAt is when such a computer ends itself, LeaseGrace after a lease
+// that starts at now, in the RFC 3339 form computerd reads from
+// BERTH_EXPIRES_AT; "" when s has no lease.
+func (s Spec) ExpiresAt(now time.Time) string {
+	if s.Lease <= 0 {
+		return ""
+	}
+	return now.Add(s.Lease + LeaseGrace).UTC().Format(time.RFC3339)
+}
+
 // HostedEnv returns env without the egress proxy's variables: a hosted
 // computer uses its provider's own network, where the supervisor's egress
 // proxy is neither reachable nor wanted (SPEC section 5).

@@ -405,6 +405,12 @@ func (p *Incus) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	for k, v := range spec.Env {
 		config["environment."+k] = v
 	}
+	if at := spec.ExpiresAt(time.Now()); at != "" {
+		// Incus has no lifetime for an instance: computerd, the
+		// container's first process, ends it a minute after the lease,
+		// should the supervisor not be there to delete it.
+		config["environment."+computerd.EnvExpiresAt] = at
+	}
 	for k, v := range spec.Labels() {
 		config[configKey(k)] = v
 	}

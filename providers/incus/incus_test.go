@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/providertest"
 )
@@ -63,6 +64,12 @@ func TestCreateConfig(t *testing.T) {
 		if in.Config[k] != want {
 			t.Errorf("config %s = %q, want %q", k, in.Config[k], want)
 		}
+	}
+	// Incus has no lifetime of its own: computerd ends the container a
+	// minute after the lease.
+	at, err := time.Parse(time.RFC3339, in.Config["environment."+computerd.EnvExpiresAt])
+	if want := time.Now().Add(time.Minute + providers.LeaseGrace); err != nil || at.Before(want.Add(-time.Minute)) || at.After(want.Add(time.Second)) {
+		t.Errorf("environment.%s = %q (%v), want about %v", computerd.EnvExpiresAt, in.Config["environment."+computerd.EnvExpiresAt], err, want)
 	}
 	if !strings.HasSuffix(m.Endpoint, ":7070") || m.Labels[providers.LabelAttempt] != "a_1" {
 		t.Errorf("machine %+v", m)

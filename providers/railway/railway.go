@@ -58,7 +58,6 @@ const VarLabels = "BERTH_LABELS"
 
 const (
 	callTimeout  = 30 * time.Second
-	leaseGrace   = time.Minute // past the lease before a computer ends itself
 	readyTimeout = 5 * time.Minute
 )
 
@@ -271,12 +270,12 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 	for k, v := range providers.HostedEnv(spec.Env) {
 		vars[k] = v
 	}
-	if spec.Lease > 0 {
+	if at := spec.ExpiresAt(time.Now()); at != "" {
 		// A Railway service has no lifetime: computerd ends the computer
 		// itself a minute after the lease, and the restart policy set
 		// below keeps it ended, should the supervisor not be there to
 		// delete the service.
-		vars[computerd.EnvExpiresAt] = time.Now().Add(spec.Lease + leaseGrace).UTC().Format(time.RFC3339)
+		vars[computerd.EnvExpiresAt] = at
 	}
 	name := Name(spec.ComputerID)
 	var created struct {
