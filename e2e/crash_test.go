@@ -1,17 +1,17 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/syncbuf"
 )
 
 // proc is a `berth supervisor` process the test runs and may kill.
@@ -20,26 +20,8 @@ type proc struct {
 	cmd    *exec.Cmd
 	url    string
 	token  string
-	logs   *syncBuffer
+	logs   *syncbuf.Buffer
 	exited chan struct{}
-}
-
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runSupervisor starts `berth supervisor` on a free port with data in dir.
@@ -56,7 +38,7 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(berthBin, append([]string{"supervisor", "--listen", addr, "--data", dir, "--log-level", "debug"}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"SUPERVISOR_TOKEN="+p.token,

@@ -25,6 +25,7 @@ import (
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/internal/netnstest"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
@@ -91,7 +92,7 @@ func TestLendingEgress(t *testing.T) {
 	secure.StartTLS()
 	defer secure.Close()
 
-	logs := &logBuf{t: t}
+	logs := syncbuf.Logged(t.Log)
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	agentID := fmt.Sprintf("cp_egress_%x", b) // its own, so that another run's agent never takes its computers for leftovers
 	rs := relayserver.New(relayserver.Config{Logger: log, Authenticate: func(string) (string, bool) { return agentID, true }})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -47,7 +48,7 @@ func TestLendingWarmPool(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logs := &logBuf{t: t}
+	logs := syncbuf.Logged(t.Log)
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	const relayToken = "e2e-relay-token-pool-0123456789"
 

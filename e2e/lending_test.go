@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
@@ -31,28 +31,6 @@ import (
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
-
-// logBuf is a test log that also keeps what was written, to check that a
-// secret never reached it.
-type logBuf struct {
-	t  testing.TB
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	l.b.Write(p)
-	l.mu.Unlock()
-	l.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // relayProc is a relay as `berth relay` runs it: agents on one listener,
 // the internal API on another, tokens checked with the supervisor.
@@ -107,7 +85,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	logs := &logBuf{t: t}
+	logs := syncbuf.Logged(t.Log)
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	const relayToken = "e2e-relay-token-0123456789"
 	const computerSecret = "e2e-computer-token-secret-0123456789"

@@ -27,6 +27,7 @@ import (
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -190,30 +191,13 @@ func xvfb(t *testing.T) string {
 // app is one run of the companion binary.
 type app struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	exited chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startApp(t *testing.T, argv []string, env []string) *app {
 	t.Helper()
-	a := &app{cmd: exec.Command(argv[0], argv[1:]...), stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	a := &app{cmd: exec.Command(argv[0], argv[1:]...), stderr: &syncbuf.Buffer{}, exited: make(chan error, 1)}
 	a.cmd.Env = env
 	// Its own process group, so that the cleanup ends the app and the bus
 	// that dbus-run-session started for it, and only those.

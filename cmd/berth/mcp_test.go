@@ -1,37 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/berthdev/berth/internal/syncbuf"
 )
-
-// lockedBuffer is a buffer that one goroutine writes while another reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startMCP runs berth with args in the background; wait returns its exit
 // code.
@@ -57,7 +39,7 @@ func TestMCPStdio(t *testing.T) {
 	ctx := testContext(t)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	wait := startMCP(ctx, t, inR, outW, &stderr, "mcp", "--agent", "a1", "--log-level", "warn")
 
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW}, nil)
@@ -96,7 +78,7 @@ func TestMCPHTTP(t *testing.T) {
 	t.Setenv("BERTH_AGENT", "a1")
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	wait := startMCP(ctx, t, strings.NewReader(""), &stdout, &stderr, "mcp", "--http", "127.0.0.1:0")
 
 	re := regexp.MustCompile(`berth mcp: serving agent a1 at (http://127\.0\.0\.1:\d+/mcp) \(clients must send the bearer token\)\n`)
@@ -219,7 +201,7 @@ func TestMCPStdioAnswersBeforeEOF(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"computer_start","arguments":{}}}`,
 	}, "\n") + "\n"
-	var stdout, stderr lockedBuffer
+	var stdout, stderr syncbuf.Buffer
 	wait := startMCP(testContext(t), t, strings.NewReader(in), &stdout, &stderr, "mcp", "--agent", "a1", "--log-level", "warn")
 	if code := wait(); code != 0 {
 		t.Fatalf("exit code = %d, stderr %s", code, stderr.String())

@@ -11,10 +11,10 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
@@ -40,31 +40,13 @@ type env struct {
 	client *http.Client
 	// computerd is the supervisor's client to the computers.
 	computerd *http.Client
-	logs      *syncBuffer // the supervisor's and the provider's logs
+	logs      *syncbuf.Buffer // the supervisor's and the provider's logs
 	// restart returns another supervisor on the same store and provider,
 	// as after a restart.
 	restart func() *supervisor.Service
 	// answers holds every API answer body.
-	answers *syncBuffer
+	answers *syncbuf.Buffer
 	ctx     context.Context
-}
-
-// syncBuffer is a buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // scenarioTimeout bounds one scenario.
@@ -74,9 +56,9 @@ func newEnv(t T, h Harness) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
 	t.Cleanup(cancel)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := &env{t: t, h: h, id: h.ID, logs: logs, answers: &syncBuffer{}, ctx: ctx}
+	e := &env{t: t, h: h, id: h.ID, logs: logs, answers: &syncbuf.Buffer{}, ctx: ctx}
 	if e.id == "" {
 		e.id = "test"
 	}

@@ -22,6 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -230,34 +231,6 @@ func (e *events) list() []Event {
 	return append([]Event(nil), e.got...)
 }
 
-// logBuffer keeps the proxy's log for assertions and echoes it to the test.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	t   testing.TB
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.t != nil {
-		l.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.t = nil
-}
-
 // harness is a proxy served on loopback with fake DNS and network.
 type harness struct {
 	t        testing.TB
@@ -266,7 +239,7 @@ type harness struct {
 	resolver *fakeResolver
 	dialer   *mapDialer
 	events   *events
-	logs     *logBuffer
+	logs     *syncbuf.Buffer
 	password string // computer's egress password
 }
 
@@ -279,11 +252,11 @@ func start(t testing.TB, edit func(*Config)) *harness {
 		resolver: newFakeResolver(),
 		dialer:   newMapDialer(t),
 		events:   &events{},
-		logs:     &logBuffer{t: t},
+		logs:     syncbuf.Logged(t.Log),
 		password: d.Derive(token.Egress, computer),
 	}
 	if _, ok := t.(*testing.B); ok {
-		h.logs.t = nil
+		h.logs = &syncbuf.Buffer{}
 	}
 	cfg := Config{
 		Authenticate: authenticator(d, computer, "c-other"),
@@ -313,7 +286,7 @@ func start(t testing.TB, edit func(*Config)) *harness {
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		h.logs.stop()
+		h.logs.StopEcho()
 	})
 	return h
 }
