@@ -2,11 +2,8 @@ package e2e
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +11,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/docker"
-	"github.com/berthdev/berth/relay/relayserver"
-	"github.com/berthdev/berth/supervisor/daemon"
 )
 
 // agentContainers lists the containers of a lending agent's deployment;
@@ -48,90 +41,16 @@ func TestLendingWarmPool(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	logs := syncbuf.Logged(t.Log)
-	log := slog.New(slog.NewTextHandler(logs, nil))
-	const relayToken = "e2e-relay-token-pool-0123456789"
-
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	supURL := "http://" + sln.Addr().String()
-	rp := startRelay(t, "127.0.0.1:0", "127.0.0.1:0", supURL, relayToken, log)
-	defer rp.kill()
-	remote, err := relayserver.NewRemote("http://"+rp.interAddr, relayToken, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "0"}
-	d, err := daemon.New(ctx, daemon.Options{
-		Egress: daemon.EgressOptions{Listen: "off"}, Providers: []string{"local"}, DefaultProvider: "local",
-		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789", ComputerTokenSecret: "e2e-computer-token-secret-pool-0123456789",
-		Getenv: func(k string) string { return env[k] }, Logger: log,
-		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopSup := context.WithCancel(ctx)
-	supDone := make(chan error, 1)
-	go func() { supDone <- d.ServeListener(sctx, sln, 5*time.Second, nil) }()
-	defer func() {
-		stopSup()
-		<-supDone
-		d.Close()
-	}()
-	s := &super{t: t, url: supURL, token: d.Token, d: d}
-
-	var code struct{ Code string }
-	s.must("POST", "/v1/companions/pair-codes", map[string]any{"name": "pool lender"}, 201, &code)
-	var paired struct{ AgentID, Token, RelayURL string }
-	if st, err := callAPI(supURL, "", "POST", "/v1/companions/pair", "", map[string]any{"code": code.Code}, &paired); err != nil || st != 201 {
-		t.Fatalf("pair: %d %v", st, err)
-	}
-
-	adir := t.TempDir()
-	sock := filepath.Join(adir, control.SocketName)
-	ready := make(chan *lender.Lender, 1)
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() {
-		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL,
-			DataDir: adir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
-			Egress: lender.EgressOptions{Listen: ":0"},
-			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
-		})
-	}()
-	agentStopped := false
-	stop := func() {
-		if agentStopped {
-			return
-		}
-		agentStopped = true
-		stopAgent()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}
-	defer stop()
+	r := startLendingRig(t, ctx, lendingRigOptions{name: "pool lender", relayToken: "e2e-relay-token-pool-0123456789",
+		computerSecret: "e2e-computer-token-secret-pool-0123456789", egress: "off", providers: []string{"local"}, defaultProvider: "local",
+		agentEgress: lender.EgressOptions{Listen: ":0"}, settings: control.SettingsUpdate{MemoryMB: ptrTo(int64(512)), WarmPoolSize: ptrTo(1)}})
+	defer r.close()
+	s, paired, l, owner, d := r.s, r.paired, r.l, r.owner, r.d
 	t.Cleanup(func() {
 		for _, name := range agentContainers(t, paired.AgentID, false) {
 			exec.Command("docker", "rm", "-f", "-v", name).Run()
 		}
 	})
-	var l *lender.Lender
-	select {
-	case l = <-ready:
-	case err := <-agentDone:
-		t.Fatalf("agent ended: %v", err)
-	}
-	owner := control.NewClient(sock)
-	defer owner.Close()
-	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(512)), WarmPoolSize: ptrTo(1)}); err != nil {
-		t.Fatal(err)
-	}
-	waitOnline(t, ctx, rp, paired.AgentID)
 	waitWaiting := func(n int) control.Status {
 		t.Helper()
 		for {
@@ -189,7 +108,7 @@ func TestLendingWarmPool(t *testing.T) {
 		t.Fatalf("computers after the stop: %+v", l.Computers())
 	}
 	waitWaiting(1)
-	stop()
+	r.stopLending()
 	if names := agentContainers(t, paired.AgentID, false); len(names) != 0 {
 		t.Fatalf("after the agent's shutdown: %v", names)
 	}

@@ -23,13 +23,10 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/images/computerd"
-	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
-	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
-	"github.com/berthdev/berth/supervisor/daemon"
 )
 
 // relayProc is a relay as `berth relay` runs it: agents on one listener,
@@ -85,94 +82,26 @@ func TestLendingThroughRelay(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	logs := syncbuf.Logged(t.Log)
-	log := slog.New(slog.NewTextHandler(logs, nil))
 	const relayToken = "e2e-relay-token-0123456789"
 	const computerSecret = "e2e-computer-token-secret-0123456789"
+	r := startLendingRig(t, ctx, lendingRigOptions{name: "e2e lender", relayToken: relayToken, computerSecret: computerSecret,
+		egress: ":0", providers: []string{"docker", "local"}, settings: control.SettingsUpdate{MemoryMB: ptrTo(int64(512))}})
+	defer r.close()
+	s, paired, l, owner, logs, log, supURL, remote := r.s, r.paired, r.l, r.owner, r.logs, r.log, r.supURL, r.remote
 
-	// Addresses first: the supervisor names the relay, the relay the supervisor.
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	supURL := "http://" + sln.Addr().String()
-	rp := startRelay(t, "127.0.0.1:0", "127.0.0.1:0", supURL, relayToken, log)
-	defer func() { rp.kill() }()
-	remote, err := relayserver.NewRemote("http://"+rp.interAddr, relayToken, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "0"}
-	d, err := daemon.New(ctx, daemon.Options{
-		Egress: daemon.EgressOptions{Listen: ":0"}, Providers: []string{"docker", "local"},
-		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789", ComputerTokenSecret: computerSecret,
-		Getenv: func(k string) string { return env[k] }, Logger: log,
-		Relay: remote, RelayURL: rp.wsURL(), RelayToken: relayToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopSup := context.WithCancel(ctx)
-	supDone := make(chan error, 1)
-	go func() { supDone <- d.ServeListener(sctx, sln, 5*time.Second, nil) }()
-	defer func() {
-		stopSup()
-		<-supDone
-		d.Close()
-	}()
-	s := &super{t: t, url: supURL, token: d.Token, d: d}
-
-	// Pair the agent: the answer names the relay.
-	var code struct{ Code string }
-	s.must("POST", "/v1/companions/pair-codes", map[string]any{"name": "e2e lender"}, 201, &code)
-	var paired struct{ AgentID, Token, RelayURL string }
-	if st, err := callAPI(supURL, "", "POST", "/v1/companions/pair", "", map[string]any{"code": code.Code}, &paired); err != nil || st != 201 {
-		t.Fatalf("pair: %d %v", st, err)
-	}
-	if paired.RelayURL != rp.wsURL() || paired.AgentID == "" || paired.Token == "" {
+	// The pairing answer names the relay.
+	if paired.RelayURL != r.rp.wsURL() || paired.AgentID == "" || paired.Token == "" {
 		t.Fatalf("pairing answer: %+v", paired)
 	}
 
 	// A wrong agent token is refused, and no log line carries it.
 	const wrong = "wrong-agent-token-7f3a9c"
-	if _, err := relayclient.Connect(ctx, relayclient.Config{URL: rp.wsURL(), Token: wrong}); !errors.Is(err, relayclient.ErrUnauthorized) {
+	if _, err := relayclient.Connect(ctx, relayclient.Config{URL: r.rp.wsURL(), Token: wrong}); !errors.Is(err, relayclient.ErrUnauthorized) {
 		t.Fatalf("connect with a wrong token: %v", err)
 	}
 	if strings.Contains(logs.String(), wrong) || !strings.Contains(logs.String(), "companion token refused") {
 		t.Fatal("the wrong token's refusal was not logged, or the token was")
 	}
-
-	// The lending agent.
-	adir := t.TempDir()
-	sock := filepath.Join(adir, control.SocketName)
-	ready := make(chan *lender.Lender, 1)
-	actx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() {
-		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL,
-			DataDir: adir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
-			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
-		})
-	}()
-	defer func() {
-		stopAgent()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-	var l *lender.Lender
-	select {
-	case l = <-ready:
-	case err := <-agentDone:
-		t.Fatalf("agent ended: %v", err)
-	}
-	owner := control.NewClient(sock)
-	defer owner.Close()
-	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(512))}); err != nil {
-		t.Fatal(err)
-	}
-	waitOnline(t, ctx, rp, paired.AgentID)
 	var lenders []struct {
 		ID, Name, Version string
 		Online            bool
@@ -231,7 +160,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	}
 	st.Close()
 	// A reconciliation lists the lent machine and keeps it.
-	if rep, err := d.Service.Reconcile(ctx); err != nil || rep.Machines != 1 || rep.Kept != 1 {
+	if rep, err := r.d.Service.Reconcile(ctx); err != nil || rep.Machines != 1 || rep.Kept != 1 {
 		t.Fatalf("reconcile: %+v %v", rep, err)
 	}
 
@@ -267,7 +196,7 @@ func TestLendingThroughRelay(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	rp.kill()
+	r.rp.kill()
 	a := <-first
 	if a.status != 200 || !a.x.Uncertain || a.x.ExitCode != -1 {
 		t.Fatalf("exec cut by the relay: %+v", a)
@@ -277,7 +206,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	}
 	// Offline now: a reconciliation cannot list the lender, so it ends
 	// nothing; the session lives.
-	if rep, err := d.Service.Reconcile(ctx); err == nil || rep.Vanished != 0 {
+	if rep, err := r.d.Service.Reconcile(ctx); err == nil || rep.Vanished != 0 {
 		t.Fatalf("reconcile with the relay away: %+v %v", rep, err)
 	}
 	var view struct {
@@ -290,8 +219,8 @@ func TestLendingThroughRelay(t *testing.T) {
 	if st, _ := owner.Status(ctx); st.Relay.Online {
 		t.Fatal("agent still reports the relay online")
 	}
-	rp = startRelay(t, rp.agentsAddr, rp.interAddr, supURL, relayToken, log)
-	waitOnline(t, ctx, rp, paired.AgentID)
+	r.rp = startRelay(t, r.rp.agentsAddr, r.rp.interAddr, supURL, relayToken, log)
+	waitOnline(t, ctx, r.rp, paired.AgentID)
 	if x := s.exec("lend1", "sleep 3; cat /home/berth/marker; cat notes.txt"); x.Stdout != "ran\nthrough the relay" {
 		t.Fatalf("after reconnect: %+v (the command must have run once)", x)
 	}

@@ -29,13 +29,6 @@ func TestMain(m *testing.M) {
 
 const testImage = "berth/test:latest"
 
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
 // serve runs a lender's control API on a real unix socket.
 func serve(t *testing.T) (*lender.Lender, *control.Client, string) {
 	t.Helper()
@@ -50,7 +43,7 @@ func serve(t *testing.T) (*lender.Lender, *control.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{
 		AgentID: "cp_control", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
 		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_control"}, RelayURL: "ws://relay.test/v1/agents/connect",

@@ -3,7 +3,6 @@ package lender
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -200,7 +199,7 @@ func listenEgress(o EgressOptions, dataDir string, log *slog.Logger) (*egressRun
 		return nil, fmt.Errorf("egress listen %q: want HOST:PORT, :PORT or off", addr)
 	}
 	if host == "" {
-		ip, err := interfaceIPv4("docker0")
+		ip, err := docker.BridgeIPv4()
 		if err != nil && byDefault {
 			log.Warn("egress proxy off: no docker0 address to listen on; lent computers have no way out", "err", err)
 			return nil, nil
@@ -281,21 +280,4 @@ func hostPrefixes(log *slog.Logger) []netip.Prefix {
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out
-}
-
-func interfaceIPv4(name string) (netip.Addr, error) {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-			return p.Addr(), nil
-		}
-	}
-	return netip.Addr{}, errors.New(name + " has no IPv4 address")
 }

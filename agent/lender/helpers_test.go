@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,15 +51,8 @@ func testContext(t testing.TB, limit time.Duration) context.Context {
 	return ctx
 }
 
-type logWriter struct{ t testing.TB }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
 }
 
 // rig is a lender with its data folder and ledger, on a fake clock.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/berthdev/berth/providers/docker"
 )
 
 // A lent computer's network is internal: from it, only this machine's own
@@ -294,7 +296,7 @@ func (l *Lender) forwardTURN(target string) (*turnForward, error) {
 	}
 	host := l.cfg.TURNForwardHost
 	if host == "" {
-		ip, err := interfaceIPv4("docker0")
+		ip, err := docker.BridgeIPv4()
 		if err != nil {
 			return nil, err
 		}

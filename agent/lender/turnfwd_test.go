@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/providers/docker"
 )
 
 // echoRelay stands in for the TURN relay: it echoes UDP packets, after
@@ -129,7 +131,7 @@ func TestReachableFromComputers(t *testing.T) {
 			t.Errorf("reachableFromComputers(%q) = %v, want %v", host, got, want)
 		}
 	}
-	if ip, err := interfaceIPv4("docker0"); err == nil && !reachableFromComputers(ip.String()) {
+	if ip, err := docker.BridgeIPv4(); err == nil && !reachableFromComputers(ip.String()) {
 		t.Errorf("the docker0 address %s is not reachable from computers", ip)
 	}
 }

@@ -27,7 +27,7 @@ func TestOwnAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	r := newRunner(filepath.Join(dir, "agent"), docker.Options{HeadlessImage: testImage, DesktopImage: testImage}, store, "test", log)
 	r.retry = 200 * time.Millisecond
 	rctx, stop := context.WithCancel(ctx)

@@ -56,13 +56,6 @@ func need(t *testing.T, what string, err error) {
 	t.Skip(msg)
 }
 
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
 // buildApp builds the companion binary (cgo), once per test run.
 var buildApp = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "berth-companion-test-")
@@ -98,7 +91,7 @@ func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{
 		AgentID: "cp_window", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
 		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_window"},

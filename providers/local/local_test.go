@@ -30,13 +30,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
-}
-
 // world is a relay on loopback, with its internal API, that agents
 // connect to with their tokens.
 type world struct {
@@ -52,7 +45,7 @@ const relayToken = "relay-token-0123456789"
 
 func newWorld(t *testing.T) *world {
 	w := &world{t: t, tokens: map[string]string{}}
-	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	w.relay = relayserver.New(relayserver.Config{Logger: log, Authenticate: func(tok string) (string, bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -85,7 +78,7 @@ func (w *world) agent(id string, clk clock.Clock, set func(*control.Settings)) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(logWriter{t}, nil))
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{AgentID: id, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log,
 		Docker: func(float64, int64) (lender.Docker, error) { return docker.New(docker.Options{Logger: log}) }})
 	if err != nil {

@@ -322,7 +322,7 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	if host, port, err := net.SplitHostPort(addr); err != nil {
 		return "", fmt.Errorf("EGRESS_LISTEN=%q: want HOST:PORT, :PORT or off", addr)
 	} else if host == "" {
-		ip, err := interfaceIPv4("docker0")
+		ip, err := docker.BridgeIPv4()
 		if err != nil {
 			return "", fmt.Errorf("EGRESS_LISTEN: no docker0 address to listen on (%v); set EGRESS_LISTEN=HOST:PORT or off", err)
 		}
@@ -348,23 +348,6 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 		}
 	}
 	return ln.Addr().String(), nil
-}
-
-func interfaceIPv4(name string) (netip.Addr, error) {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-			return p.Addr(), nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
 }
 
 // Lender is a lender's machine as GET /v1/lenders shows it: its companion

@@ -58,7 +58,7 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("TURN_LISTEN=%q: want HOST:PORT, :PORT or off", o.Listen)
 	}
 	if host == "" {
-		ip, err := interfaceIPv4("docker0")
+		ip, err := docker.BridgeIPv4()
 		if err != nil {
 			return nil, fmt.Errorf("TURN_LISTEN: no docker0 address to listen on (%v); set TURN_LISTEN=HOST:PORT or off", err)
 		}
