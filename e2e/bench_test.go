@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -236,32 +235,14 @@ func BenchmarkWarmStart(b *testing.B) {
 // startPoolBench is startPoolSupervisor for benchmarks.
 func startPoolBench(b *testing.B, image string, size int) *super {
 	b.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{
+	s, _ := serveDaemon(b, daemon.Options{
+		Egress: daemon.EgressOptions{Listen: ":0"},
+		Logger: slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, map[string]string{
 		"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "1",
 		"WARM_POOL_SIZE": strconv.Itoa(size),
-	}
-	d, err := daemon.New(ctx, daemon.Options{
-		Egress:  daemon.EgressOptions{Listen: ":0"},
-		DataDir: b.TempDir(), Token: "e2e-operator-token-0123456789",
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(testWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
-	b.Cleanup(func() {
-		cancel()
-		<-done
-		d.Close()
-	})
-	return &super{t: b, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
+	return s
 }
 
 // BenchmarkExecMCP times an `echo hi` through `berth mcp` (stdio, as an

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,39 +86,46 @@ func startSupervisor(t testing.TB, image string) *super {
 // startSupervisorEgress is startSupervisor with egress proxy options.
 func startSupervisorEgress(t testing.TB, image string, eg daemon.EgressOptions, providers ...string) *super {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	// One network made ahead per supervisor: tests run several at once.
-	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "1"}
-	d, err := daemon.New(ctx, daemon.Options{
-		Egress:    eg,
-		Providers: providers,
-		DataDir:   t.TempDir(), Token: "e2e-operator-token-0123456789",
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
+	s, _ := serveDaemon(t, daemon.Options{Egress: eg, Providers: providers},
+		map[string]string{"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "512", "COMPUTER_NETWORK_POOL": "1"})
+	return s
+}
+
+// serveDaemon runs an in-process supervisor with options o (a fresh data
+// folder, the e2e operator token, settings from env and, unless o names
+// one, a logger into the test's output) on a free loopback port. stop
+// ends it; it also ends with the test.
+func serveDaemon(t testing.TB, o daemon.Options, env map[string]string) (s *super, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	o.DataDir, o.Token = t.TempDir(), "e2e-operator-token-0123456789"
+	o.Getenv = func(k string) string { return env[k] }
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
+	d, err := daemon.New(ctx, o)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
-	s := &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		d.Close()
-	})
-	return s
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			d.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}, stop
 }
 
 func (s *super) call(method, path string, body any, out any) int {

@@ -61,7 +61,7 @@ func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs .
 	}
 	life, endLife := context.WithTimeout(context.Background(), lifetime)
 	tb.Cleanup(endLife)
-	log := slog.New(slog.NewTextHandler(testWriter{tb}, nil))
+	log := slog.New(slog.NewTextHandler(tb.Output(), nil))
 	const relayToken = "e2e-relay-token-0123456789"
 	sln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"image/png"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -34,31 +33,10 @@ const (
 // port, at most two viewers per desktop, and a short encoder idle stop.
 func startLiveSupervisor(t testing.TB) *super {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1"}
-	d, err := daemon.New(ctx, daemon.Options{
+	s, _ := serveDaemon(t, daemon.Options{
 		Egress:   daemon.EgressOptions{Listen: ":0"},
 		LiveView: daemon.LiveViewOptions{Listen: ":0", DesktopUsers: 2, IdleStopMS: idleStopMS, Secret: "e2e-turn-secret-0123456789"},
-		DataDir:  t.TempDir(), Token: "e2e-operator-token-0123456789",
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
-	s := &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		d.Close()
-	})
+	}, map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1"})
 	return s
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -34,37 +33,13 @@ import (
 // cleanup.
 func startPoolSupervisor(t *testing.T, image string, size int) (s *super, stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	env := map[string]string{
+	return serveDaemon(t, daemon.Options{
+		Egress: daemon.EgressOptions{Listen: ":0"},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}, map[string]string{
 		"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "256", "COMPUTER_NETWORK_POOL": "1",
 		"WARM_POOL_SIZE": fmt.Sprint(size),
-	}
-	d, err := daemon.New(ctx, daemon.Options{
-		Egress:  daemon.EgressOptions{Listen: ":0"},
-		DataDir: t.TempDir(), Token: "e2e-operator-token-0123456789",
-		Getenv: func(k string) string { return env[k] },
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.ServeListener(ctx, ln, 5*time.Second, nil) }()
-	s = &super{t: t, url: "http://" + ln.Addr().String(), token: d.Token, d: d}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			d.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return s, stop
 }
 
 // waitFor polls cond every 50 ms until it holds or d passes.
@@ -391,7 +366,7 @@ func poolServiceIn(t *testing.T, dir, image string, size int, mem *memInfo, clk 
 	t.Helper()
 	ctx := context.Background()
 	d, err := docker.New(docker.Options{HeadlessImage: image, MemoryMB: 256, NetworkPool: 1, WarmPool: size, MemInfo: mem.read,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +387,7 @@ func poolServiceIn(t *testing.T, dir, image string, size int, mem *memInfo, clk 
 		t.Fatal(err)
 	}
 	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": d},
-		Box: box, Tokens: tokens, Clock: clk, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))})
+		Box: box, Tokens: tokens, Clock: clk, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
