@@ -57,7 +57,8 @@ bench: docker images ## run the benchmarks; one table: each figure, its baseline
 bench-density: docker images ## start BERTH_DENSITY_N (default 100) idle headless computers: how many fit, memory each, supervisor RSS
 	@BERTH_BENCH_DENSITY=1 $(GO) test -run '^$$' -bench Density -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | $(BENCH_TABLE)
 
-app: ## build the companion app, bin/berth-companion (cgo: gcc and the GL/X11 headers, see docs/companion.md)
+app: ## build the companion app, bin/berth-companion (cgo: installs gcc and the GL/X11 headers as root, or names them)
+	@packaging/dev/app-deps.sh
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/berth-companion ./cmd/berth-companion
 
 FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4

@@ -92,6 +92,14 @@ type Lister interface {
 	List(ctx context.Context) ([]Machine, error)
 }
 
+// GarbageCollector is a provider that removes, on its own, what any Berth
+// process left behind past its time (the docker provider: every
+// container, network and volume carries the time it expires). Whoever
+// runs the provider runs this until it stops.
+type GarbageCollector interface {
+	RunGarbageCollector(ctx context.Context)
+}
+
 // Transporter is a provider whose machines are reached through something
 // other than the supervisor's default HTTP transport (a relay, a tunnel).
 // It gets the connection's decrypted credentials for each call, so that
@@ -178,6 +186,15 @@ type Describer interface {
 
 // proxyVars are the egress proxy's variables in a computer's environment.
 var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+
+// PoolMaxWait is the longest a computer or network made ahead of time
+// (a warm pool's, a network holder) waits before its maker replaces it.
+// Such a machine's lifetime covers that wait and one lease after it.
+const PoolMaxWait = 30 * time.Minute
+
+// MaxLease is the longest session lease (SPEC section 2: leaseSeconds up to
+// 900).
+const MaxLease = 15 * time.Minute
 
 // LeaseGrace is how long past its lease a computer on a provider with no
 // lifetime of its own ends itself, should no supervisor delete it.

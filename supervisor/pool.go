@@ -237,6 +237,22 @@ func (s *Service) fillPool(ctx context.Context, provider string, pl Pooler) {
 		}
 		return
 	}
+	var stale []store.PoolMember
+	for _, m := range p.waiting[provider] {
+		if s.clk.Now().Sub(m.CreatedAt) >= providers.PoolMaxWait {
+			stale = append(stale, m)
+		}
+	}
+	if len(stale) > 0 {
+		p.mu.Unlock()
+		// Its machine's expiry label leaves room for one lease after
+		// PoolMaxWait (providers.PoolMaxWait): replace it before then.
+		for _, m := range stale {
+			s.log.Info("warm pool: replacing a computer that waited its longest", "provider", provider, "computer", m.ComputerID)
+			s.removeWaiting(ctx, provider, m)
+		}
+		p.mu.Lock()
+	}
 	if !grow || time.Now().Before(p.retryAt[provider]) {
 		p.mu.Unlock()
 		return

@@ -140,6 +140,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	} else if err := docker.GuardHost(ctx); err != nil {
 		log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
 	}
+	// What Berth processes on this engine left past their time.
+	if gcd, err := docker.New(base); err == nil {
+		wg.Go(func() { gcd.RunGarbageCollector(ctx); gcd.Close() })
+	}
 	if o.Socket != "off" {
 		path := o.Socket
 		if path == "" {

@@ -151,6 +151,10 @@ func (l *Lender) claim() *pooled {
 	defer l.mu.Unlock()
 	l.pool.init()
 	m := l.pool.oldest()
+	if m != nil && time.Since(m.created) >= providers.PoolMaxWait {
+		l.pool.poke() // fillPool replaces it
+		return nil
+	}
 	if m != nil {
 		delete(l.pool.waiting, m.id)
 		l.pool.claimed++
@@ -318,6 +322,15 @@ func (l *Lender) fillPool() {
 		want = 0
 	}
 	var drop []*pooled
+	for _, m := range l.pool.waiting {
+		// Its machine's expiry label leaves room for one lease after
+		// PoolMaxWait: replace it before then.
+		if time.Since(m.created) >= providers.PoolMaxWait {
+			delete(l.pool.waiting, m.id)
+			l.pool.removing++
+			drop = append(drop, m)
+		}
+	}
 	if shrink {
 		if m := l.pool.oldest(); m != nil {
 			delete(l.pool.waiting, m.id)
@@ -344,7 +357,7 @@ func (l *Lender) fillPool() {
 	}
 	l.mu.Unlock()
 	for _, m := range drop {
-		l.removePooled(m, "the pool is over its size")
+		l.removePooled(m, "the pool is over its size, or the computer waited its longest")
 	}
 }
 

@@ -183,6 +183,11 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		d.Close()
 	}()
+	// What Berth processes on this engine left past their time goes too.
+	gcCtx, stopGC := context.WithCancel(context.WithoutCancel(ctx))
+	gcDone := make(chan struct{})
+	go func() { defer close(gcDone); d.RunGarbageCollector(gcCtx) }()
+	defer func() { stopGC(); <-gcDone }()
 
 	target, err := url.Parse(m.Endpoint)
 	if err != nil {

@@ -47,7 +47,7 @@ func TestDescribed(t *testing.T) {
 		t.Fatalf("the described defaults do not configure the provider: %v", err)
 	}
 	for _, o := range []*Options{&byDefaults, &unset} {
-		o.Logger, o.MemInfo = nil, nil // made afresh by each call
+		o.Logger, o.MemInfo, o.Routes = nil, nil, nil // made afresh by each call
 	}
 	if !reflect.DeepEqual(byDefaults, unset) {
 		t.Errorf("options from the described defaults %+v, want those of unset settings %+v", byDefaults, unset)

@@ -150,8 +150,10 @@ func (d *Docker) Create(ctx context.Context, spec providers.Spec) (providers.Mac
 	if spec.AttemptID == "" {
 		spec.AttemptID = newAttemptID()
 	}
+	labels := spec.Labels()
+	labels[LabelExpires] = d.expiresLabel(spec.Lease)
 	start := time.Now()
-	m, err := d.create(ctx, spec, image, spec.Labels())
+	m, err := d.create(ctx, spec, image, labels)
 	if err != nil {
 		d.cleanup(ctx, spec.ComputerID, spec.AttemptID)
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
@@ -267,21 +269,7 @@ func missingImage(ref, kind string) error {
 }
 
 func (d *Docker) createNetwork(ctx context.Context, name string, labels map[string]string) (string, error) {
-	res, err := d.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{
-		Driver:   "bridge",
-		Internal: true,
-		Labels:   labels,
-		Options:  map[string]string{bridgeNameOption: bridgeName(labels[providers.LabelComputer])},
-	})
-	if err != nil {
-		err = d.engineErr(err)
-		if strings.Contains(err.Error(), "non-overlapping") {
-			err = fmt.Errorf("%w: %w (every computer has its own network: give the engine more address pools, e.g. \"default-address-pools\": [{\"base\": \"10.200.0.0/16\", \"size\": 28}] in /etc/docker/daemon.json)",
-				providers.ErrCapacity, err)
-		}
-		return "", fmt.Errorf("create network %s: %w", name, err)
-	}
-	return res.ID, nil
+	return d.createComputerNetwork(ctx, name, bridgeName(labels[providers.LabelComputer]), labels)
 }
 
 // bridgeNameOption names the host side of a bridge network.
@@ -586,6 +574,7 @@ func (d *Docker) removeNetwork(ctx context.Context, id, name string) error {
 	if _, err := d.cli.NetworkRemove(ctx, id, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("remove network %s: %w", name, d.engineErr(err))
 	}
+	d.releaseSubnets(res.Network.IPAM.Config)
 	return nil
 }
 
@@ -755,3 +744,4 @@ func newAttemptID() string {
 
 var _ providers.Provider = (*Docker)(nil)
 var _ providers.Lister = (*Docker)(nil)
+var _ providers.GarbageCollector = (*Docker)(nil)

@@ -34,9 +34,7 @@ func TestCreateHardened(t *testing.T) {
 	if m.ID != n.container {
 		t.Errorf("Machine.ID = %q, want %q", m.ID, n.container)
 	}
-	if !maps.Equal(m.Labels, spec.Labels()) {
-		t.Errorf("Machine.Labels = %v, want %v", m.Labels, spec.Labels())
-	}
+	checkLabels(t, "Machine.Labels", m.Labels, spec, d.opts.Grace)
 
 	res, err := d.cli.ContainerInspect(ctx, m.ID, client.ContainerInspectOptions{})
 	if err != nil {
@@ -146,8 +144,9 @@ func TestCreateHardened(t *testing.T) {
 		if got := nw.Network.Options[bridgeNameOption]; got != bridgeName(spec.ComputerID) || !strings.HasPrefix(got, BridgePrefix) || len(got) > 15 {
 			t.Errorf("bridge interface = %q, want %q", got, bridgeName(spec.ComputerID))
 		}
-		if !maps.Equal(nw.Network.Labels, spec.Labels()) {
-			t.Errorf("network labels = %v, want %v", nw.Network.Labels, spec.Labels())
+		checkLabels(t, "network labels", nw.Network.Labels, spec, d.opts.Grace)
+		if cfg := nw.Network.IPAM.Config; len(cfg) != 1 || cfg[0].Subnet.Bits() != SubnetBits {
+			t.Errorf("network IPAM = %+v, want one /%d of Berth's range", cfg, SubnetBits)
 		}
 
 		// Home: its own labelled volume at /home/berth.
@@ -162,9 +161,7 @@ func TestCreateHardened(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !maps.Equal(vol.Volume.Labels, spec.Labels()) {
-			t.Errorf("volume labels = %v, want %v", vol.Volume.Labels, spec.Labels())
-		}
+		checkLabels(t, "volume labels", vol.Volume.Labels, spec, d.opts.Grace)
 	})
 
 	t.Run("inside", func(t *testing.T) {
@@ -388,7 +385,7 @@ func TestListFindsByLabels(t *testing.T) {
 		switch got.Labels[providers.LabelAttempt] {
 		case spec.AttemptID:
 			found = true
-			if got.ID != m.ID || got.Endpoint != m.Endpoint || !maps.Equal(got.Labels, spec.Labels()) {
+			if got.ID != m.ID || got.Endpoint != m.Endpoint || !maps.Equal(got.Labels, m.Labels) {
 				t.Errorf("List has %+v, want %+v", got, m)
 			}
 		case orphan.AttemptID:
@@ -548,5 +545,21 @@ func TestUnreachableEngine(t *testing.T) {
 	}
 	if _, err := d.List(ctx); !errors.Is(err, providers.ErrUnavailable) {
 		t.Errorf("List = %v, want ErrUnavailable", err)
+	}
+}
+
+// checkLabels checks that labels are spec's plus an expiry at the end of
+// its lease and the grace (garbage.go), as made within the last minute.
+func checkLabels(t *testing.T, what string, labels map[string]string, spec providers.Spec, grace time.Duration) {
+	t.Helper()
+	rest := maps.Clone(labels)
+	exp, err := strconv.ParseInt(rest[LabelExpires], 10, 64)
+	delete(rest, LabelExpires)
+	if !maps.Equal(rest, spec.Labels()) {
+		t.Errorf("%s = %v, want %v and %s", what, labels, spec.Labels(), LabelExpires)
+	}
+	hi := time.Now().Add(spec.Lease + grace)
+	if err != nil || exp > hi.Unix() || exp < hi.Add(-time.Minute).Unix() {
+		t.Errorf("%s: %s=%q, want about %d (lease %v and grace %v from now)", what, LabelExpires, labels[LabelExpires], hi.Unix(), spec.Lease, grace)
 	}
 }

@@ -18,8 +18,6 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
-
-	"github.com/berthdev/berth/providers"
 )
 
 // A computer's network is made ahead of time. Creating an internal network
@@ -52,6 +50,7 @@ type holder struct {
 	id, name string
 	netID    string
 	ip       netip.Addr
+	made     time.Time
 }
 
 type netPool struct {
@@ -102,6 +101,7 @@ func (p *netPool) fill(ctx context.Context) {
 			p.collect(ctx)
 			lastCollect = time.Now()
 		}
+		p.retire(ctx)
 		p.mu.Lock()
 		need := len(p.ready) < p.size
 		p.mu.Unlock()
@@ -135,6 +135,27 @@ func (p *netPool) fill(ctx context.Context) {
 	}
 }
 
+// retire removes the holders that waited PoolMaxWait: their expiry label
+// leaves room for one lease after that, no more (garbage.go).
+func (p *netPool) retire(ctx context.Context) {
+	now := p.d.opts.Clock.Now()
+	p.mu.Lock()
+	var old []holder
+	p.ready = slices.DeleteFunc(p.ready, func(h holder) bool {
+		if now.Sub(h.made) >= PoolMaxWait {
+			old = append(old, h)
+			return true
+		}
+		return false
+	})
+	p.mu.Unlock()
+	for _, h := range old {
+		if err := p.d.removeHolder(ctx, h.name); err != nil {
+			p.d.log.Warn("network pool: retire a holder", "holder", h.name, "err", err)
+		}
+	}
+}
+
 // take returns a ready holder, or false when the pool is empty.
 func (p *netPool) take() (holder, bool) {
 	p.start()
@@ -144,11 +165,14 @@ func (p *netPool) take() (holder, bool) {
 	case p.wake <- struct{}{}:
 	default:
 	}
-	if len(p.ready) == 0 {
+	// One that waited too long is left for retire, which the wake runs.
+	now := p.d.opts.Clock.Now()
+	i := slices.IndexFunc(p.ready, func(h holder) bool { return now.Sub(h.made) < PoolMaxWait })
+	if i < 0 {
 		return holder{}, false
 	}
-	h := p.ready[0]
-	p.ready = p.ready[1:]
+	h := p.ready[i]
+	p.ready = slices.Delete(p.ready, i, i+1)
 	return h, true
 }
 
@@ -213,20 +237,13 @@ func (d *Docker) newHolder(ctx context.Context, name string) (holder, error) {
 	if d.pool != nil {
 		owner = d.pool.owner
 	}
-	labels := map[string]string{labelHolder: "true", labelHolderOwner: owner, labelHolderNetwork: NetworkPrefix + name}
-	res, err := d.cli.NetworkCreate(ctx, NetworkPrefix+name, client.NetworkCreateOptions{
-		Driver: "bridge", Internal: true, Labels: labels,
-		Options: map[string]string{bridgeNameOption: bridgeName(name)},
-	})
+	labels := map[string]string{labelHolder: "true", labelHolderOwner: owner, labelHolderNetwork: NetworkPrefix + name,
+		LabelExpires: d.expiresLabel(PoolMaxWait + MaxLease)}
+	netID, err := d.createComputerNetwork(ctx, NetworkPrefix+name, bridgeName(name), labels)
 	if err != nil {
-		err = d.engineErr(err)
-		if strings.Contains(err.Error(), "non-overlapping") {
-			err = fmt.Errorf("%w: %w (every computer has its own network: give the engine more address pools, e.g. \"default-address-pools\": [{\"base\": \"10.200.0.0/16\", \"size\": 24}] in /etc/docker/daemon.json)",
-				providers.ErrCapacity, err)
-		}
 		return holder{}, fmt.Errorf("create network for %s: %w", name, err)
 	}
-	h := holder{name: name, netID: res.ID}
+	h := holder{name: name, netID: netID, made: d.opts.Clock.Now()}
 	fail := func(err error) (holder, error) {
 		d.removeHolder(context.WithoutCancel(ctx), name)
 		d.removeNetwork(context.WithoutCancel(ctx), h.netID, NetworkPrefix+name)

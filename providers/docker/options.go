@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -29,6 +32,8 @@ const (
 	SettingJoinContainers = "DOCKER_JOIN_CONTAINERS"
 	SettingNetworkPool    = "COMPUTER_NETWORK_POOL"
 	SettingWarmPool       = "WARM_POOL_SIZE"
+	SettingSubnets        = "COMPUTER_SUBNETS"
+	SettingGrace          = "COMPUTER_GRACE_SECONDS"
 )
 
 // Defaults for the settings.
@@ -41,6 +46,7 @@ const (
 	DefaultPids          = 512
 	DefaultTmpMB         = 1024
 	DefaultShmMB         = 512
+	DefaultGrace         = 10 * time.Minute
 )
 
 // Ranges the settings are checked against.
@@ -56,6 +62,11 @@ const (
 	MinShmMB    = 1
 	MaxShmMB    = 1 << 20
 	MaxWarmPool = 1000
+	MaxGrace    = 24 * time.Hour
+	// MinSubnetBits and MaxSubnetBits bound COMPUTER_SUBNETS: from a /8 to
+	// a /24 (16 computer networks).
+	MinSubnetBits = 8
+	MaxSubnetBits = SubnetBits - 4
 )
 
 // Options configure a Docker provider. A zero field takes its default; a
@@ -94,6 +105,19 @@ type Options struct {
 	// WarmPool is how many started headless computers wait, unbound, for
 	// a session (WARM_POOL_SIZE, 0 to 1000, default 0). See pool.go.
 	WarmPool int
+	// Subnets is the IPv4 range computer networks take their subnets from
+	// (COMPUTER_SUBNETS); the zero value picks one of
+	// DefaultSubnetCandidates. See subnets.go.
+	Subnets netip.Prefix
+	// Routes lists the host's routes, which Subnets must not overlap
+	// (default HostRoutes).
+	Routes func() ([]Route, error)
+	// Grace is how long past its lease a computer (and its network and
+	// volume) is kept before any Berth process on the engine may remove it
+	// as garbage (COMPUTER_GRACE_SECONDS, default 600). See garbage.go.
+	Grace time.Duration
+	// Clock tells the time for expiry labels (default the real clock).
+	Clock clock.Clock
 	// MemInfo reports the host's available and total memory in bytes, for
 	// the warm pool's memory checks (default: read /proc/meminfo).
 	MemInfo func() (available, total uint64, err error)
@@ -138,6 +162,16 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 		return Options{}, err
 	}
 	o.WarmPool = int(warm)
+	if v := strings.TrimSpace(cfg.Get(SettingSubnets, "")); v != "" {
+		if o.Subnets, err = netip.ParsePrefix(v); err != nil {
+			return Options{}, fmt.Errorf("%s=%q is not a range: want an IPv4 CIDR from /%d to /%d, e.g. %s", SettingSubnets, v, MinSubnetBits, MaxSubnetBits, DefaultSubnetCandidates[0])
+		}
+	}
+	grace, err := intSetting(cfg, SettingGrace, int64(DefaultGrace/time.Second), 1, int64(MaxGrace/time.Second), "seconds")
+	if err != nil {
+		return Options{}, err
+	}
+	o.Grace = time.Duration(grace) * time.Second
 	for name := range strings.SplitSeq(cfg.Get(SettingJoinContainers, ""), ",") {
 		if name = strings.TrimSpace(name); name != "" {
 			o.JoinContainers = append(o.JoinContainers, name)
@@ -241,6 +275,24 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.WarmPool < 0 || o.WarmPool > MaxWarmPool {
 		return Options{}, rangeError(SettingWarmPool, strconv.Itoa(o.WarmPool), 0, MaxWarmPool, "computers")
+	}
+	if o.Subnets.IsValid() {
+		if !o.Subnets.Addr().Is4() || o.Subnets.Bits() < MinSubnetBits || o.Subnets.Bits() > MaxSubnetBits {
+			return Options{}, fmt.Errorf("%s=%s: want an IPv4 range from /%d to /%d, e.g. %s", SettingSubnets, o.Subnets, MinSubnetBits, MaxSubnetBits, DefaultSubnetCandidates[0])
+		}
+		o.Subnets = o.Subnets.Masked()
+	}
+	if o.Routes == nil {
+		o.Routes = HostRoutes
+	}
+	if o.Grace == 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.Grace < 0 || o.Grace > MaxGrace {
+		return Options{}, rangeError(SettingGrace, strconv.FormatInt(int64(o.Grace/time.Second), 10), 1, int64(MaxGrace/time.Second), "seconds")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	if o.MemInfo == nil {
 		o.MemInfo = hostMemInfo

@@ -55,6 +55,7 @@ func (d *Docker) CreatePooled(ctx context.Context, spec providers.Spec, bindHash
 	spec.Env = map[string]string{computerd.EnvBindHash: bindHash}
 	labels := spec.Labels()
 	labels[providers.LabelPool] = "true"
+	labels[LabelExpires] = d.expiresLabel(PoolMaxWait + MaxLease)
 	start := time.Now()
 	m, err := d.create(ctx, spec, d.opts.HeadlessImage, labels)
 	if err != nil {

@@ -487,6 +487,12 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		defer close(reaped)
 		var wg sync.WaitGroup
 		wg.Go(func() { d.Service.RetryReconcile(reapCtx, rep.Unfinished) })
+		// What any Berth process left on the providers past its time.
+		for _, p := range d.Providers {
+			if gc, ok := p.(providers.GarbageCollector); ok {
+				wg.Go(func() { gc.RunGarbageCollector(reapCtx) })
+			}
+		}
 		d.Service.RunReaper(reapCtx, d.opts.ReapInterval)
 		wg.Wait()
 	}()

@@ -1,0 +1,206 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/providers"
+)
+
+// Nothing Berth makes on an engine outlives its purpose. Every container,
+// network and volume carries LabelExpires: the time after which it is
+// garbage.
+//   - A computer, its network and its volume: the end of its lease plus
+//     the grace (COMPUTER_GRACE_SECONDS).
+//   - A warm-pool computer and a network holder: the longest they may wait
+//     (PoolMaxWait), plus the longest lease (MaxLease), plus the grace. Their makers
+//     replace those that waited PoolMaxWait, so a live pool never holds one
+//     near its time.
+// Labels cannot change after a resource is made, so nothing is renewed:
+// each lease is the longest the resource may be needed.
+//
+// Every Berth process that manages an engine (supervisor, lender, tunnel
+// runner, of any deployment) runs a Collector, which removes what is past
+// its time. So a process that dies and never comes back leaks nothing for
+// longer than the grace; a live resource of another deployment is never
+// touched, since its time has not come.
+
+// LabelExpires is the label with the Unix time, in seconds, after which a
+// resource is garbage.
+const LabelExpires = "dev.berth.expires"
+
+// Shorthands for the limits in package providers.
+const (
+	PoolMaxWait = providers.PoolMaxWait
+	MaxLease    = providers.MaxLease
+)
+
+// expiresLabel is the LabelExpires value for a resource made at now that
+// is needed for lease.
+func (d *Docker) expiresLabel(lease time.Duration) string {
+	if lease <= 0 {
+		lease = MaxLease
+	}
+	return strconv.FormatInt(d.opts.Clock.Now().Add(lease+d.opts.Grace).Unix(), 10)
+}
+
+// expired reports whether labels carry a LabelExpires before now. A resource
+// without the label, or with one that does not parse, is never garbage.
+func expired(labels map[string]string, now time.Time) bool {
+	v, ok := labels[LabelExpires]
+	if !ok {
+		return false
+	}
+	t, err := strconv.ParseInt(v, 10, 64)
+	return err == nil && now.Unix() > t
+}
+
+// Collector removes the containers, networks and volumes on an engine whose
+// LabelExpires has passed, whoever made them.
+type Collector struct {
+	cli   *client.Client
+	host  string
+	clock clock.Clock
+	log   *slog.Logger
+}
+
+// CollectInterval is how often a provider's collector runs: a minute, or
+// half the grace when that is shorter (at least a second).
+func CollectInterval(grace time.Duration) time.Duration {
+	return min(time.Minute, max(grace/2, time.Second))
+}
+
+// RunGarbageCollector removes the expired resources of the provider's
+// engine, whoever made them, until ctx ends. It implements
+// providers.GarbageCollector.
+func (d *Docker) RunGarbageCollector(ctx context.Context) {
+	c := &Collector{cli: d.cli, host: d.opts.Host, clock: d.opts.Clock, log: d.log.With("component", "docker-gc")}
+	c.Run(ctx, CollectInterval(d.opts.Grace))
+}
+
+// NewCollector returns a Collector of the engine at host (a DOCKER_SOCKET
+// value). A nil clock is the real one; a nil logger discards.
+func NewCollector(host string, clk clock.Clock, log *slog.Logger) (*Collector, error) {
+	host, err := normalizeHost(host)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := client.New(client.WithHost(host))
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", SettingSocket, host, err)
+	}
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Collector{cli: cli, host: host, clock: clk, log: log.With("component", "docker-gc")}, nil
+}
+
+// Close releases the engine's connections.
+func (c *Collector) Close() error { return c.cli.Close() }
+
+// Collected counts what one pass removed.
+type Collected struct {
+	Containers, Networks, Volumes int
+}
+
+// Run collects every interval until ctx ends (and once at once).
+func (c *Collector) Run(ctx context.Context, interval time.Duration) {
+	for {
+		n, err := c.Collect(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("remove expired computers", "err", err)
+		}
+		if n != (Collected{}) {
+			c.log.Info("removed expired computers", "containers", n.Containers, "networks", n.Networks, "volumes", n.Volumes)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.clock.After(interval):
+		}
+	}
+}
+
+// Collect removes what has expired: containers first (with their anonymous
+// volumes), then networks (disconnecting what is still attached), then
+// volumes.
+func (c *Collector) Collect(ctx context.Context) (Collected, error) {
+	now := c.clock.Now()
+	f := make(client.Filters).Add("label", LabelExpires)
+	var n Collected
+	var errs []error
+
+	cs, err := c.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return n, fmt.Errorf("list containers: %w", err)
+	}
+	for _, ct := range cs.Items {
+		if !expired(ct.Labels, now) {
+			continue
+		}
+		_, err := c.cli.ContainerRemove(ctx, ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		switch {
+		case err == nil:
+			n.Containers++
+		case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "in progress"):
+		default:
+			errs = append(errs, fmt.Errorf("remove container %s: %w", ct.ID[:12], err))
+		}
+	}
+
+	ns, err := c.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return n, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
+	}
+	for _, nw := range ns.Items {
+		if !expired(nw.Labels, now) {
+			continue
+		}
+		ins, err := c.cli.NetworkInspect(ctx, nw.ID, client.NetworkInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("inspect network %s: %w", nw.Name, err))
+			continue
+		}
+		for ct := range ins.Network.Containers {
+			if _, err := c.cli.NetworkDisconnect(ctx, nw.ID, client.NetworkDisconnectOptions{Container: ct, Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("disconnect %s from network %s: %w", ct, nw.Name, err))
+			}
+		}
+		if _, err := c.cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
+			continue
+		}
+		n.Networks++
+	}
+
+	vs, err := c.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return n, errors.Join(append(errs, fmt.Errorf("list volumes: %w", err))...)
+	}
+	for _, v := range vs.Items {
+		if !expired(v.Labels, now) {
+			continue
+		}
+		if _, err := c.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove volume %s: %w", v.Name, err))
+			continue
+		}
+		n.Volumes++
+	}
+	return n, errors.Join(errs...)
+}
