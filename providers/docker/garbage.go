@@ -67,11 +67,22 @@ func expired(labels map[string]string, now time.Time) bool {
 // Collector removes the containers, networks and volumes on an engine whose
 // LabelExpires has passed, whoever made them.
 type Collector struct {
-	cli   *client.Client
-	host  string
-	clock clock.Clock
-	log   *slog.Logger
+	d   *Docker
+	log *slog.Logger
 }
+
+// NewCollector returns a Collector of the engine at host (a DOCKER_SOCKET
+// value). A nil clock is the real one; a nil logger discards.
+func NewCollector(host string, clk clock.Clock, log *slog.Logger) (*Collector, error) {
+	d, err := New(Options{Host: host, Clock: clk, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Collector{d: d, log: d.log.With("component", "docker-gc")}, nil
+}
+
+// Close releases the engine's connections.
+func (c *Collector) Close() error { return c.d.Close() }
 
 // CollectInterval is how often a provider's collector runs: a minute, or
 // half the grace when that is shorter (at least a second).
@@ -83,32 +94,9 @@ func CollectInterval(grace time.Duration) time.Duration {
 // engine, whoever made them, until ctx ends. It implements
 // providers.GarbageCollector.
 func (d *Docker) RunGarbageCollector(ctx context.Context) {
-	c := &Collector{cli: d.cli, host: d.opts.Host, clock: d.opts.Clock, log: d.log.With("component", "docker-gc")}
+	c := &Collector{d: d, log: d.log.With("component", "docker-gc")}
 	c.Run(ctx, CollectInterval(d.opts.Grace))
 }
-
-// NewCollector returns a Collector of the engine at host (a DOCKER_SOCKET
-// value). A nil clock is the real one; a nil logger discards.
-func NewCollector(host string, clk clock.Clock, log *slog.Logger) (*Collector, error) {
-	host, err := normalizeHost(host)
-	if err != nil {
-		return nil, err
-	}
-	cli, err := client.New(client.WithHost(host))
-	if err != nil {
-		return nil, fmt.Errorf("%s=%q: %w", SettingSocket, host, err)
-	}
-	if clk == nil {
-		clk = clock.Real{}
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Collector{cli: cli, host: host, clock: clk, log: log.With("component", "docker-gc")}, nil
-}
-
-// Close releases the engine's connections.
-func (c *Collector) Close() error { return c.cli.Close() }
 
 // Collected counts what one pass removed.
 type Collected struct {
@@ -128,21 +116,22 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.clock.After(interval):
+		case <-c.d.opts.Clock.After(interval):
 		}
 	}
 }
 
 // Collect removes what has expired: containers first (with their anonymous
-// volumes), then networks (disconnecting what is still attached), then
-// volumes.
+// volumes, and a computer's network holder with it), then networks
+// (disconnecting what is still attached), then volumes.
 func (c *Collector) Collect(ctx context.Context) (Collected, error) {
-	now := c.clock.Now()
+	cli := c.d.cli
+	now := c.d.opts.Clock.Now()
 	f := make(client.Filters).Add("label", LabelExpires)
 	var n Collected
 	var errs []error
 
-	cs, err := c.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return n, fmt.Errorf("list containers: %w", err)
 	}
@@ -150,17 +139,26 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		if !expired(ct.Labels, now) {
 			continue
 		}
-		_, err := c.cli.ContainerRemove(ctx, ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		_, err := cli.ContainerRemove(ctx, ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		switch {
 		case err == nil:
 			n.Containers++
+			if len(ct.Names) > 0 {
+				// A computer in a holder's network namespace: the holder
+				// and its network go with it.
+				if id, ok := strings.CutPrefix(strings.TrimPrefix(ct.Names[0], "/"), ContainerPrefix); ok {
+					if err := c.d.removeHolder(ctx, HolderPrefix+id); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
 		case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "in progress"):
 		default:
 			errs = append(errs, fmt.Errorf("remove container %s: %w", ct.ID[:12], err))
 		}
 	}
 
-	ns, err := c.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	ns, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {
 		return n, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
 	}
@@ -168,7 +166,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		if !expired(nw.Labels, now) {
 			continue
 		}
-		ins, err := c.cli.NetworkInspect(ctx, nw.ID, client.NetworkInspectOptions{})
+		ins, err := cli.NetworkInspect(ctx, nw.ID, client.NetworkInspectOptions{})
 		if cerrdefs.IsNotFound(err) {
 			continue
 		}
@@ -177,18 +175,18 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 			continue
 		}
 		for ct := range ins.Network.Containers {
-			if _, err := c.cli.NetworkDisconnect(ctx, nw.ID, client.NetworkDisconnectOptions{Container: ct, Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			if _, err := cli.NetworkDisconnect(ctx, nw.ID, client.NetworkDisconnectOptions{Container: ct, Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("disconnect %s from network %s: %w", ct, nw.Name, err))
 			}
 		}
-		if _, err := c.cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
 			continue
 		}
 		n.Networks++
 	}
 
-	vs, err := c.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {
 		return n, errors.Join(append(errs, fmt.Errorf("list volumes: %w", err))...)
 	}
@@ -196,7 +194,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		if !expired(v.Labels, now) {
 			continue
 		}
-		if _, err := c.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove volume %s: %w", v.Name, err))
 			continue
 		}

@@ -262,10 +262,16 @@ func TestCollectorRemovesExpired(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	clk := clock.NewFake(time.Now())
 	d := newTestDocker(t, ctx, Options{Grace: 5 * time.Second, Clock: clk})
-	old, live := testSpec(t), testSpec(t)
-	old.Deployment, live.Deployment = "gone-"+randomID(t), "live-"+randomID(t)
-	old.Lease, live.Lease = time.Minute, time.Hour
-	for _, s := range []providers.Spec{old, live} {
+	// One computer in a network of its own, one in a network holder's.
+	held := newTestDocker(t, ctx, Options{Grace: 5 * time.Second, Clock: clk, NetworkPool: 1, HeadlessImage: poolImage})
+	old, oldHeld, live := testSpec(t), testSpec(t), testSpec(t)
+	old.Deployment, oldHeld.Deployment, live.Deployment = "gone-"+randomID(t), "gone-"+randomID(t), "live-"+randomID(t)
+	old.Lease, oldHeld.Lease, live.Lease = time.Minute, time.Minute, time.Hour
+	for _, s := range []providers.Spec{old, oldHeld, live} {
+		d := d
+		if s.ComputerID == oldHeld.ComputerID {
+			d = held
+		}
 		m, err := d.Create(ctx, s)
 		if err != nil {
 			t.Fatal(err)
@@ -297,6 +303,12 @@ func TestCollectorRemovesExpired(t *testing.T) {
 	}
 	if c := countOf(t, ctx, d, old.ComputerID); c != 0 {
 		t.Errorf("%d resources of the expired computer are left", c)
+	}
+	if c := countOf(t, ctx, d, oldHeld.ComputerID); c != 0 {
+		t.Errorf("%d resources of the expired computer in a holder's network are left", c)
+	}
+	if _, err := d.cli.ContainerInspect(ctx, HolderPrefix+oldHeld.ComputerID, client.ContainerInspectOptions{}); err == nil {
+		t.Errorf("the network holder of the expired computer is left")
 	}
 	if c := countOf(t, ctx, d, live.ComputerID); c != 3 {
 		t.Errorf("the live computer has %d of its 3 resources", c)
