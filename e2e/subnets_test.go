@@ -26,17 +26,21 @@ func engineSubnets(t *testing.T) map[string]netip.Prefix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"network", "inspect"}, strings.Fields(string(ids))...)
-	out, err := exec.Command("docker", args...).Output()
-	if err != nil {
-		t.Fatalf("docker network inspect: %v", err)
-	}
-	var nets []struct {
+	type netInfo struct {
 		Name string
 		IPAM struct{ Config []struct{ Subnet string } }
 	}
-	if err := json.Unmarshal(out, &nets); err != nil {
-		t.Fatal(err)
+	var nets []netInfo
+	for _, id := range strings.Fields(string(ids)) {
+		out, err := exec.Command("docker", "network", "inspect", id).Output()
+		if err != nil {
+			continue // removed since it was listed
+		}
+		var one []netInfo
+		if err := json.Unmarshal(out, &one); err != nil {
+			t.Fatal(err)
+		}
+		nets = append(nets, one...)
 	}
 	got := map[string]netip.Prefix{}
 	for _, n := range nets {
