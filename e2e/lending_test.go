@@ -461,10 +461,10 @@ func (p *berthProc) stop(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(90 * time.Second):
 		p.cmd.Process.Kill()
 		<-p.done
-		t.Errorf("berth %s did not stop within 30 s of SIGINT", p.cmd.Args[1])
+		t.Errorf("berth %s did not stop within 90 s of SIGINT", p.cmd.Args[1])
 	}
 }
 
