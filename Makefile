@@ -68,9 +68,14 @@ app-package: ## package the companion for Linux with fyne package: bin/berth-com
 	  cd ../.. && mv bin/.FyneApp.toml.keep app/FyneApp.toml && [ $$rc -eq 0 ]
 	mv cmd/berth-companion/Berth.tar.xz bin/berth-companion-linux.tar.xz
 
-lint: ## vet and check formatting
+# staticcheck builds from the Go module proxy at this version (cached after
+# the first run); a newer Go may need a newer one.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: ## check go.mod is tidy, vet, formatting and staticcheck
+	@if ! out=$$($(GO) mod tidy -diff 2>&1); then echo "$$out"; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run $(STATICCHECK) ./...
 
 clean: ## remove build outputs
 	rm -rf bin

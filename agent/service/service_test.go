@@ -261,7 +261,7 @@ func TestSystemdInstallFailureLeavesNothing(t *testing.T) {
 	}
 
 	// systemctl enable fails after the unit was written.
-	s, home = userService(t, nil)
+	s, _ = userService(t, nil)
 	dir := t.TempDir()
 	script := "#!/bin/sh\ncase \"$1\" in enable) echo 'Failed to enable unit' >&2; exit 1;; esac\nexit 0\n"
 	if err := os.WriteFile(filepath.Join(dir, "systemctl"), []byte(script), 0o755); err != nil {

@@ -115,7 +115,6 @@ type harness struct {
 	agent *memAgent
 	clock *fakeClock
 	quits int
-	pairs []string
 }
 
 func newHarness(t *testing.T, m *memAgent, opts Options) *harness {

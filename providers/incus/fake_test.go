@@ -54,7 +54,6 @@ type fakeIncus struct {
 	loseReplies int
 	failDeletes int
 	creates     int
-	lastCreate  map[string]any
 }
 
 type fakeInstance struct {

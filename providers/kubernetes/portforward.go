@@ -13,10 +13,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/berthdev/berth/images/computerd"
 	"github.com/berthdev/berth/providers"
@@ -72,7 +72,7 @@ func (f *portForwarder) dial(ctx context.Context, pod string) (net.Conn, error) 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		c, _, err := spdy.NewDialer(f.upgrade, &http.Client{Transport: f.rt}, http.MethodPost, &url).Dial(portforward.PortForwardProtocolV1Name)
+		c, _, err := spdy.NewDialerForStreaming(f.upgrade, &http.Client{Transport: f.rt}, http.MethodPost, &url).Dial(portforward.PortForwardProtocolV1Name)
 		ch <- result{c, err}
 	}()
 	var conn httpstream.Connection

@@ -40,7 +40,7 @@ type PresenceInfo struct {
 }
 
 func info(p Presence) PresenceInfo {
-	return PresenceInfo{AgentID: p.AgentID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
+	return PresenceInfo(p)
 }
 
 // InternalHandler serves the internal API, guarded by token:
@@ -171,7 +171,7 @@ func (r *Remote) Presence(ctx context.Context, agentID string) (p Presence, ok b
 	if status == http.StatusNotFound {
 		return Presence{AgentID: agentID}, false, nil
 	}
-	return Presence{AgentID: pi.AgentID, Online: pi.Online, ConnectedAt: pi.ConnectedAt, LastSeen: pi.LastSeen, Version: pi.Version}, true, nil
+	return Presence(pi), true, nil
 }
 
 // Agents returns every agent the relay has seen.
@@ -182,7 +182,7 @@ func (r *Remote) Agents(ctx context.Context) ([]Presence, error) {
 	}
 	out := make([]Presence, 0, len(pis))
 	for _, pi := range pis {
-		out = append(out, Presence{AgentID: pi.AgentID, Online: pi.Online, ConnectedAt: pi.ConnectedAt, LastSeen: pi.LastSeen, Version: pi.Version})
+		out = append(out, Presence(pi))
 	}
 	return out, nil
 }

@@ -81,9 +81,9 @@ func (d *Desktop) startEncoder(codec string) (*encoder, error) {
 	}
 	d.log.Info("encoder started", "codec", codec, "pid", cmd.Process.Pid, "size", fmt.Sprintf("%dx%d", d.cfg.Width, d.cfg.Height), "fps", d.cfg.FPS)
 	go func() {
-		rerr := e.run(fr)
+		rerr := e.run(fr) // never nil: io.EOF when ffmpeg's output ends
 		werr := cmd.Wait()
-		if rerr != nil && !errors.Is(rerr, io.EOF) {
+		if !errors.Is(rerr, io.EOF) {
 			e.err = rerr
 		} else if werr != nil {
 			e.err = fmt.Errorf("ffmpeg: %v: %s", werr, stderr.String())
@@ -163,12 +163,6 @@ func (e *encoder) leave(v *viewer) {
 	e.mu.Lock()
 	delete(e.sinks, v)
 	e.mu.Unlock()
-}
-
-func (e *encoder) viewers() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.sinks)
 }
 
 func (e *encoder) status() EncoderStatus {

@@ -60,7 +60,7 @@ func TestLifetimeEnds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		if early := end.Sub(time.Now()); early > 100*time.Millisecond {
+		if early := time.Until(end); early > 100*time.Millisecond {
 			t.Fatalf("stopped %v before its lifetime was over", early)
 		}
 	case <-time.After(15 * time.Second):
