@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berthdev/berth/internal/token"
@@ -78,7 +80,7 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 			s.endSession(context.WithoutCancel(ctx), x, "")
 			return s.start(ctx, agent, warm)
 		}
-		return s.awaitLive(ctx, x)
+		return s.joinStart(ctx, agent, warm, x)
 	case err != nil:
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
 	}
@@ -95,7 +97,7 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 	log := s.log.With("agent", agent, "session", x.ID, "provider", x.Provider)
 	creds, err := s.credentials(c)
 	if err != nil {
-		s.abandon(ctx, x, "credentials unreadable")
+		s.abandon(ctx, x, startFailure(AsError(err)))
 		return SessionView{}, err
 	}
 	spec := providers.Spec{
@@ -117,33 +119,62 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 	return s.view(x), nil
 }
 
-// awaitLive answers a start while the agent already has a live session: a
-// running one is returned, a starting one is waited for, an uncertain one
-// is refused until a person confirms the cleanup.
+// joinStart answers a start that found session x live: a running session
+// is returned, a starting one is waited for, an uncertain one is refused
+// until a person confirms the cleanup. A start that failed answers its
+// error to every start that waited on it. When x ended some other way (its
+// computer was stopped as soon as it ran, or a warm-pool bind failed and
+// its start goes on with a new session), the start begins again.
+func (s *Service) joinStart(ctx context.Context, agent string, warm bool, x store.Session) (SessionView, error) {
+	x, err := s.awaitStarting(ctx, x)
+	if err != nil {
+		return SessionView{}, err
+	}
+	switch x.State {
+	case store.StateRunning:
+		return s.view(x), nil
+	case store.StateUncertain:
+		v := s.view(x)
+		return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
+	}
+	if e, ok := parseStartFailure(x.LastError); ok {
+		return SessionView{}, e
+	}
+	return s.start(ctx, agent, warm)
+}
+
+// awaitLive waits while session x is starting, then answers it: a running
+// or ended session is returned, an uncertain one is refused until a person
+// confirms the cleanup.
 func (s *Service) awaitLive(ctx context.Context, x store.Session) (SessionView, error) {
+	x, err := s.awaitStarting(ctx, x)
+	if err != nil {
+		return SessionView{}, err
+	}
+	if x.State == store.StateUncertain {
+		v := s.view(x)
+		return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
+	}
+	return s.view(x), nil
+}
+
+// awaitStarting waits while session x is starting and returns it as it is
+// then.
+func (s *Service) awaitStarting(ctx context.Context, x store.Session) (store.Session, error) {
 	wait := 10 * time.Millisecond
-	for {
-		switch x.State {
-		case store.StateRunning:
-			return s.view(x), nil
-		case store.StateUncertain:
-			v := s.view(x)
-			return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
-		case store.StateStarting:
-		default:
-			return s.view(x), nil
-		}
+	for x.State == store.StateStarting {
 		select {
 		case <-ctx.Done():
-			return SessionView{}, errorf(http.StatusServiceUnavailable, CodeUnavailable, "session %s is still starting; retry the call", x.ID)
+			return x, errorf(http.StatusServiceUnavailable, CodeUnavailable, "session %s is still starting; retry the call", x.ID)
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 250*time.Millisecond)
 		var err error
 		if x, err = s.st.GetSession(ctx, x.ID); err != nil {
-			return SessionView{}, err
+			return x, err
 		}
 	}
+	return x, nil
 }
 
 func (s *Service) credentials(c store.Connection) (map[string]string, error) {
@@ -187,7 +218,7 @@ func (s *Service) adopt(ctx context.Context, x *store.Session, m providers.Machi
 	}
 	if err := s.waitReady(ctx, *x); err != nil {
 		s.log.Warn("computer did not become ready; ending its session", "session", x.ID, "machine", m.ID, "err", err)
-		s.endSession(context.WithoutCancel(ctx), *x, "not ready: "+err.Error())
+		s.endSession(context.WithoutCancel(ctx), *x, startFailure(AsError(s.adoptError(errNotReady))))
 		return errNotReady
 	}
 	return nil
@@ -217,8 +248,9 @@ func (s *Service) createFailed(ctx context.Context, p providers.Provider, x stor
 	log := s.log.With("agent", x.AgentID, "session", x.ID, "attempt", x.AttemptID)
 	if definite(cerr) {
 		log.Warn("create failed", "err", cerr)
-		s.abandon(ctx, x, cerr.Error())
-		return SessionView{}, providerError(cerr)
+		e := providerError(cerr)
+		s.abandon(ctx, x, startFailure(e))
+		return SessionView{}, e
 	}
 	if l, ok := p.(providers.Lister); ok {
 		ms, lerr := l.List(s.withCredentials(ctx, x.AgentID))
@@ -255,6 +287,36 @@ func (s *Service) abandon(ctx context.Context, x store.Session, reason string) {
 	if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
 		s.log.Error("abandon session", "session", x.ID, "err", err)
 	}
+}
+
+// A start that failed for sure records the error it answered as its
+// session's LastError, "start failed: <status> <code>: <message>", so that
+// every start that waited on it, on any supervisor sharing the store,
+// answers the same error.
+const startFailedPrefix = "start failed: "
+
+// startFailure is the LastError of a session whose start answered e.
+func startFailure(e *Error) string {
+	return fmt.Sprintf("%s%d %s: %s", startFailedPrefix, e.Status, e.Code, e.Message)
+}
+
+// parseStartFailure returns the error that a session's start answered, if
+// lastError records one.
+func parseStartFailure(lastError string) (*Error, bool) {
+	rest, ok := strings.CutPrefix(lastError, startFailedPrefix)
+	if !ok {
+		return nil, false
+	}
+	head, msg, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return nil, false
+	}
+	num, code, ok := strings.Cut(head, " ")
+	status, err := strconv.Atoi(num)
+	if !ok || err != nil || status < 400 || status > 599 || code == "" {
+		return nil, false
+	}
+	return &Error{Status: status, Code: code, Message: msg}, true
 }
 
 func providerError(err error) *Error {

@@ -179,6 +179,12 @@ func newStartCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if s == nil {
+				return errors.New("the supervisor answered without a session")
+			}
+			if !s.Live() {
+				return fmt.Errorf("the supervisor answered session %s %s: no computer was started; run berth computer start again", s.ID, s.State)
+			}
 			if jsonOutput(cmd) {
 				return printAnswer(cmd, raw, s)
 			}

@@ -74,6 +74,13 @@ type Session struct {
 	Browser *Browser `json:"browser,omitempty"`
 }
 
+// Live reports whether the session holds the agent's computer: starting,
+// running or uncertain. A start that answers a session that is not live
+// started nothing.
+func (s *Session) Live() bool {
+	return s.State == StateStarting || s.State == StateRunning || s.State == StateUncertain
+}
+
 // Browser is what a hosted browser session offers in place of a computer.
 type Browser struct {
 	CDPURL      string `json:"cdpUrl"`

@@ -238,6 +238,9 @@ func (s *Server) start(ctx context.Context, _ noInput) (client.Session, []string
 	if x == nil {
 		return client.Session{}, nil, failf("the supervisor answered without a session")
 	}
+	if !x.Live() {
+		return client.Session{}, nil, failf("the supervisor answered session %s %s: no computer was started; call computer_start again", x.ID, x.State)
+	}
 	return *x, []string{startText(x)}, nil
 }
 

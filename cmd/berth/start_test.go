@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	sup "github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/supervisor/secrets"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+func TestStartFailed(t *testing.T) {
+	s := newSupervisor(t)
+	s.on("POST /v1/agents/a1/computer/start", http.StatusBadGateway, `{"error":{"code":"provider_error","message":"fake create: computer image missing"}}`)
+	run(t, "", "computer", "start", "--agent", "a1").
+		want(t, exitFailure, "", "berth: fake create: computer image missing (provider_error)\n")
+}
+
+// TestStartEndedSession: a start answered with a session that holds no
+// computer started nothing, whatever the status.
+func TestStartEndedSession(t *testing.T) {
+	s := newSupervisor(t)
+	s.on("POST /v1/agents/a1/computer/start", http.StatusOK, `{"id":"s1","state":"stopped","provider":"docker"}`)
+	run(t, "", "computer", "start", "--agent", "a1").
+		want(t, exitFailure, "", "berth: the supervisor answered session s1 stopped: no computer was started; run berth computer start again\n")
+}
+
+// badImage is a provider whose creates fail for sure, once release is
+// closed; creating is closed when the first one begins. It is not
+// registered, so that berth providers does not list it.
+type badImage struct {
+	creating chan struct{}
+	release  chan struct{}
+	creates  chan struct{} // one value per create
+}
+
+func (p *badImage) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	p.creates <- struct{}{}
+	select {
+	case <-p.creating:
+	default:
+		close(p.creating)
+	}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return providers.Machine{}, ctx.Err()
+	}
+	return providers.Machine{}, fmt.Errorf("create %s: image berth-headless: %w", spec.ComputerID, providers.ErrBadImage)
+}
+
+func (p *badImage) Destroy(context.Context, string) error { return nil }
+
+// TestStartWaitingOnFailedCreate: berth computer start that waited on
+// another start whose create failed exits with that failure.
+func TestStartWaitingOnFailedCreate(t *testing.T) {
+	ctx := testContext(t)
+	dir := t.TempDir()
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &badImage{creating: make(chan struct{}), release: make(chan struct{}), creates: make(chan struct{}, 10)}
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	svc, err := sup.New(sup.Config{Store: st, Providers: map[string]providers.Provider{"bad": p},
+		DefaultProvider: "bad", Box: box, Tokens: tokens, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(svc, testToken, log))
+	t.Cleanup(func() {
+		srv.Close()
+		st.Close()
+	})
+	t.Setenv("BERTH_URL", srv.URL)
+	t.Setenv("SUPERVISOR_TOKEN", testToken)
+	if _, err := svc.CreateAgent(ctx, sup.CreateAgentRequest{ID: "a1", Name: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Connect(ctx, sup.ConnectRequest{Agent: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := client.New(srv.URL, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Start(ctx, "a1")
+		first <- err
+	}()
+	select {
+	case <-p.creating:
+	case <-ctx.Done():
+		t.Fatal("the first start never began its create")
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond) // the second start finds the first creating
+		close(p.release)
+	}()
+	r := run(t, "", "computer", "start", "--agent", "a1")
+	if r.code != exitFailure || r.stdout != "" || !strings.HasSuffix(r.stderr, "computer image missing (provider_error)\n") {
+		t.Errorf("start that waited: %+v, want exit %d and the failed create's error", r, exitFailure)
+	}
+	if err := <-first; err == nil || !strings.Contains(err.Error(), "provider_error") {
+		t.Errorf("the first start: %v", err)
+	}
+	if n := len(p.creates); n != 1 {
+		t.Errorf("creates = %d, want 1", n)
+	}
+}
