@@ -134,7 +134,6 @@ func (tl *toLocal) RoundTrip(r *http.Request) (*http.Response, error) {
 type run struct {
 	info chan Info
 	done chan error
-	out  strings.Builder
 }
 
 // start runs the runner in the background; the test cancels ctx or waits for

@@ -119,7 +119,7 @@ func TestStartWaitingOnFailedCreate(t *testing.T) {
 		t.Fatal("the first start never began its create")
 	}
 	go func() {
-		time.Sleep(200 * time.Millisecond) // the second start finds the first creating
+		time.Sleep(time.Second) // the second start finds the first creating
 		close(p.release)
 	}()
 	r := run(t, "", "computer", "start", "--agent", "a1")

@@ -137,7 +137,7 @@ func TestFailedCreateFailsEveryWaitingStart(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.connect("a1", 300, 3600)
-			e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: tt.err, CreateDelay: time.Second})
+			e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: tt.err, CreateDelay: 3 * time.Second})
 			const n = 6
 			for i, a := range e.startsDuring(testCtx(t), "a1", n) {
 				want := tt.status
@@ -176,7 +176,7 @@ func TestFailedCreateFailsEveryWaitingStart(t *testing.T) {
 func TestFailedCreateReplaysWithItsKey(t *testing.T) {
 	e := newEnv(t)
 	e.connect("a1", 300, 3600)
-	e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrCapacity, CreateDelay: time.Second})
+	e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrCapacity, CreateDelay: 3 * time.Second})
 	ctx := testCtx(t)
 	const path = "/v1/agents/a1/computer/start"
 	answers := make([]answer, 4)

@@ -136,7 +136,9 @@ func TestCallTools(t *testing.T) {
 		}
 		jsonEqual(t, f.last(t).Body, `{"command":"echo hello; echo oops >&2; exit 3","timeoutSeconds":30}`)
 
-		res = callTool(t, cs, ToolExec, map[string]any{"command": "true"})
+		if res = callTool(t, cs, ToolExec, map[string]any{"command": "true"}); res.IsError {
+			t.Errorf("exec true = %q", text(res))
+		}
 		jsonEqual(t, f.last(t).Body, `{"command":"true"}`)
 
 		res = callTool(t, cs, ToolReadFile, map[string]any{"path": "notes.txt"})

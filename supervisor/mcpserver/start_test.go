@@ -83,7 +83,7 @@ func TestStartFailedCreateIsToolError(t *testing.T) {
 	}
 
 	// This computer_start waits on a REST start whose create fails.
-	fp.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrBadImage, CreateDelay: time.Second})
+	fp.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrBadImage, CreateDelay: 3 * time.Second})
 	first := make(chan error, 1)
 	go func() {
 		_, err := c.Start(ctx, testAgent)
