@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -25,11 +26,110 @@ import (
 // proxy's 502) means the outcome is unknown: an exec may or may not have
 // run. Transport errors are returned as net/http reports them, so
 // errors.As finds the *url.Error and the net.Error inside.
+//
+// Bounded answers: the client reads at most a fixed number of bytes of each
+// answer, derived from the call's own bounds, and fails a call whose answer
+// is larger with an error wrapping ErrAnswerTooLarge (nothing past the
+// limit is read or kept):
+//
+//   - Exec: 2 × 6 × the request's MaxOutputBytes per stream (0:
+//     DefaultOutputBytes) + 64 KiB. computerd keeps at most that many bytes
+//     of each stream; JSON may escape each byte to 6 (\u0000, \u003c).
+//   - Read: 6 × the limit in characters (0: DefaultReadChars) + 64 KiB.
+//   - List and Processes: 16 MiB (MaxListEntries entries with long paths).
+//   - Health, Stat, Write, Upload, Bind, Kill: 1 MiB.
+//   - An error answer: its first 64 KiB.
+//
+// Download and ExecStream are streams: their data is not bounded here, and
+// the caller bounds what it reads from them (ExecStream's messages are
+// bounded one by one).
+//
+// Deadlines: a call whose context has a deadline keeps it. A call whose
+// context has none gets one from the client, so that a computerd that
+// accepts a request and never answers cannot hold it forever: an Exec
+// gets its own TimeoutMs plus the exec margin (DefaultExecMargin), every
+// other call the call timeout (DefaultCallTimeout). For Upload the call
+// timeout is a limit on silence: it restarts whenever computerd takes
+// more of the upload. For Download and ExecStream it bounds the wait for
+// the answer to begin; the stream then lives as long as the caller's
+// context. A call ended so returns an error that says so and wraps
+// context.DeadlineExceeded.
 type Client struct {
 	base   string
 	token  string
 	hc     *http.Client
 	header http.Header
+
+	callTimeout time.Duration
+	execMargin  time.Duration
+}
+
+// Default deadlines, for calls whose context has none.
+const (
+	// DefaultCallTimeout bounds every call but an exec.
+	DefaultCallTimeout = 60 * time.Second
+	// DefaultExecMargin is what an exec gets beyond its own timeout:
+	// computerd's kill and output grace, and a slow link or relay.
+	DefaultExecMargin = 30 * time.Second
+)
+
+// Answer limits; see Client.
+const (
+	// jsonEscapeBytes is the most bytes JSON spends on one byte or
+	// character of text: "\u0000" for a control character, "\u003c" for
+	// an escaped '<', "\u2028" for a 3-byte line separator.
+	jsonEscapeBytes = 6
+	// answerMargin covers an answer's fields beside its bounded text
+	// (a path of up to 4 KiB, escaped; truncation markers; numbers).
+	answerMargin = 64 << 10
+	// controlAnswerBytes bounds an answer of one small object.
+	controlAnswerBytes = 1 << 20
+	// listAnswerBytes bounds a folder listing (at most MaxListEntries
+	// entries, each a name of up to 255 bytes and its path) and the
+	// process list (command lines of up to 4 KiB each).
+	listAnswerBytes = 16 << 20
+	// errorAnswerBytes bounds what is read of an error answer.
+	errorAnswerBytes = 64 << 10
+)
+
+// execAnswerBytes bounds the answer to an exec whose streams are each
+// limited to perStream bytes (0: computerd's default).
+func execAnswerBytes(perStream int) int64 {
+	if perStream <= 0 {
+		perStream = DefaultOutputBytes
+	}
+	perStream = min(perStream, MaxOutputBytes)
+	return 2*jsonEscapeBytes*int64(perStream) + answerMargin
+}
+
+// readAnswerBytes bounds the answer to a read of up to chars characters
+// (0: computerd's default).
+func readAnswerBytes(chars int64) int64 {
+	if chars <= 0 {
+		chars = DefaultReadChars
+	}
+	chars = min(chars, MaxReadChars)
+	return jsonEscapeBytes*chars + answerMargin
+}
+
+// WithCallTimeout sets the deadline of a call, other than an exec, whose
+// context has none (default DefaultCallTimeout).
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.callTimeout = d
+		}
+	}
+}
+
+// WithExecMargin sets how long past its own timeout an exec whose context
+// has no deadline waits for its answer (default DefaultExecMargin).
+func WithExecMargin(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.execMargin = d
+		}
+	}
 }
 
 // Option configures a Client.
@@ -69,6 +169,9 @@ func NewClient(baseURL, token string, opts ...Option) *Client {
 		token:  token,
 		hc:     http.DefaultClient,
 		header: make(http.Header),
+
+		callTimeout: DefaultCallTimeout,
+		execMargin:  DefaultExecMargin,
 	}
 	for _, o := range opts {
 		o(c)
@@ -101,7 +204,8 @@ func IsAPIError(err error) bool {
 // Health returns computerd's health. It needs no token.
 func (c *Client) Health(ctx context.Context) (Health, error) {
 	var h Health
-	return h, c.call(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	err := c.call(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	return h, err
 }
 
 // WaitHealthy polls computerd's health until it answers or ctx ends. It
@@ -132,8 +236,11 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 
 // Exec runs a command and waits for its result. req.TimeoutMs is required.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	timeout := time.Duration(min(max(req.TimeoutMs, 0), MaxExecTimeoutMs)) * time.Millisecond
+	b := bounds{answer: execAnswerBytes(req.MaxOutputBytes), timeout: timeout + c.execMargin, what: "an exec of " + timeout.String()}
 	var res ExecResult
-	return res, c.call(ctx, http.MethodPost, "/v1/exec", nil, req, &res)
+	err := c.callBounded(ctx, b, http.MethodPost, "/v1/exec", nil, req, &res)
+	return res, err
 }
 
 // Read returns up to limit characters of a UTF-8 file from the character
@@ -147,57 +254,82 @@ func (c *Client) Read(ctx context.Context, path string, offset, limit int64) (Re
 		q.Set("limit", strconv.FormatInt(limit, 10))
 	}
 	var res ReadResult
-	return res, c.call(ctx, http.MethodGet, "/v1/files/read", q, nil, &res)
+	err := c.callBounded(ctx, c.control(readAnswerBytes(limit)), http.MethodGet, "/v1/files/read", q, nil, &res)
+	return res, err
 }
 
 // Write replaces a file atomically and reports what is on disk afterwards.
 func (c *Client) Write(ctx context.Context, req WriteRequest) (WriteResult, error) {
 	var res WriteResult
-	return res, c.call(ctx, http.MethodPut, "/v1/files/write", nil, req, &res)
+	err := c.call(ctx, http.MethodPut, "/v1/files/write", nil, req, &res)
+	return res, err
 }
 
 // Stat describes one file; a symbolic link is described, not followed.
 func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
 	var fi FileInfo
-	return fi, c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
+	err := c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
+	return fi, err
 }
 
 // List lists a folder.
 func (c *Client) List(ctx context.Context, path string) (ListResult, error) {
 	var res ListResult
-	return res, c.call(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &res)
+	err := c.callBounded(ctx, c.control(listAnswerBytes), http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &res)
+	return res, err
 }
 
 // Upload streams r into a file, replacing it atomically and creating
 // missing parent folders. A zero mode keeps an existing file's
-// permissions, or gives a new one 0644.
+// permissions, or gives a new one 0644. Without a deadline in ctx, the
+// upload ends when computerd takes none of it, or does not answer, for the
+// client's call timeout.
 func (c *Client) Upload(ctx context.Context, path string, r io.Reader, mode fs.FileMode) (WriteResult, error) {
+	const method, p = http.MethodPut, "/v1/files/upload"
 	q := url.Values{"path": {path}}
 	if mode != 0 {
 		q.Set("mode", strconv.FormatUint(uint64(mode.Perm()), 8))
 	}
-	resp, err := c.send(ctx, http.MethodPut, "/v1/files/upload", q, r, "application/octet-stream")
-	if err != nil {
-		return WriteResult{}, err
+	w := c.watch(ctx, fmt.Errorf("no progress within %s, the client's limit on an upload's silence when its context has no deadline: %w", c.callTimeout, context.DeadlineExceeded))
+	defer w.stop()
+	if w.timer != nil && r != nil {
+		r = &progressReader{r: r, w: w}
 	}
 	var res WriteResult
-	return res, decodeAnswer(resp, &res)
+	resp, err := c.send(w.ctx, method, p, q, r, "application/octet-stream")
+	if err == nil {
+		err = decodeAnswer(resp, &res, controlAnswerBytes)
+	}
+	return res, w.explain(err)
 }
 
 // Download streams a file. The caller closes the reader; a read error
-// from it means the file arrived incomplete.
+// from it means the file arrived incomplete. The stream is bounded neither
+// in size nor in time here: the caller bounds it (with ctx, and by how
+// much it reads). Without a deadline in ctx, only the wait for the answer
+// to begin is bounded, by the client's call timeout.
 func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, error) {
-	resp, err := c.send(ctx, http.MethodGet, "/v1/files/download", url.Values{"path": {path}}, nil, "")
-	if err != nil {
-		return nil, err
+	w := c.watch(ctx, noAnswer(c.callTimeout, "the start of a download"))
+	resp, err := c.send(w.ctx, http.MethodGet, "/v1/files/download", url.Values{"path": {path}}, nil, "")
+	if err == nil && !w.disarm() {
+		resp.Body.Close()
+		err = context.Cause(w.ctx)
 	}
-	return resp.Body, nil
+	if err != nil {
+		w.stop()
+		return nil, w.explain(err)
+	}
+	if w.timer == nil {
+		return resp.Body, nil
+	}
+	return &stopOnClose{ReadCloser: resp.Body, w: w}, nil
 }
 
 // Processes lists the computer's processes.
 func (c *Client) Processes(ctx context.Context) ([]Process, error) {
 	var ps []Process
-	return ps, c.call(ctx, http.MethodGet, "/v1/processes", nil, nil, &ps)
+	err := c.callBounded(ctx, c.control(listAnswerBytes), http.MethodGet, "/v1/processes", nil, nil, &ps)
+	return ps, err
 }
 
 // Kill signals a process, or its group.
@@ -205,9 +337,38 @@ func (c *Client) Kill(ctx context.Context, req KillRequest) error {
 	return c.call(ctx, http.MethodPost, "/v1/processes/kill", nil, req, nil)
 }
 
+// bounds are a call's answer limit and its deadline when its context has
+// none.
+type bounds struct {
+	answer  int64         // bytes
+	timeout time.Duration // from the call's start
+	what    string        // the call's kind, for the deadline's error
+}
+
+// control returns the bounds of a call that is not an exec.
+func (c *Client) control(answer int64) bounds {
+	return bounds{answer: answer, timeout: c.callTimeout, what: "a call"}
+}
+
 // call sends a request with an optional JSON body and decodes the JSON
-// answer into out (nil: no answer expected).
+// answer, of at most controlAnswerBytes, into out (nil: no answer
+// expected), within the client's call timeout.
 func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	return c.callBounded(ctx, c.control(controlAnswerBytes), method, path, q, in, out)
+}
+
+// callBounded is call with the answer limit and default deadline of b.
+func (c *Client) callBounded(ctx context.Context, b bounds, method, path string, q url.Values, in, out any) error {
+	if _, ok := ctx.Deadline(); ok {
+		return c.exchange(ctx, b.answer, method, path, q, in, out)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, b.timeout, noAnswer(b.timeout, b.what))
+	defer cancel()
+	return explain(ctx, c.exchange(ctx, b.answer, method, path, q, in, out))
+}
+
+// exchange sends the request and reads its answer.
+func (c *Client) exchange(ctx context.Context, limit int64, method, path string, q url.Values, in, out any) error {
 	var body io.Reader
 	ctype := ""
 	if in != nil {
@@ -223,7 +384,113 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	if err != nil {
 		return err
 	}
-	return decodeAnswer(resp, out)
+	return decodeAnswer(resp, out, limit)
+}
+
+// noAnswer is the cause of a call ended by the client's own deadline.
+func noAnswer(d time.Duration, what string) error {
+	return fmt.Errorf("no answer within %s, the deadline the client gives %s when its context has none: %w", d, what, context.DeadlineExceeded)
+}
+
+// explain makes sure that the error of a call ended by the client's own
+// deadline (ctx's cause) says so.
+func explain(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(err, cause) || !errors.Is(cause, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cause)
+}
+
+// watch arms the call timeout as a watchdog on a call whose context has
+// no deadline: unless disarmed or restarted (progress), it cancels the
+// call with cause once the timeout passes. With a deadline in ctx it does
+// nothing. Call stop when the call is over.
+func (c *Client) watch(ctx context.Context, cause error) *watchdog {
+	w := &watchdog{d: c.callTimeout}
+	if _, ok := ctx.Deadline(); ok {
+		w.ctx, w.cancel = ctx, func(error) {}
+		return w
+	}
+	w.ctx, w.cancel = context.WithCancelCause(ctx)
+	w.timer = time.AfterFunc(w.d, func() { w.cancel(cause) })
+	return w
+}
+
+// watchdog ends a call after a time without progress; see watch.
+type watchdog struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	d      time.Duration
+	timer  *time.Timer // nil: the caller's deadline applies
+
+	mu       sync.Mutex
+	disarmed bool
+}
+
+// progress restarts the timeout, unless the watchdog has already ended
+// the call or been disarmed.
+func (w *watchdog) progress() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.disarmed && w.ctx.Err() == nil {
+		w.timer.Reset(w.d)
+	}
+}
+
+// disarm stops the timeout and reports whether the call is still alive.
+func (w *watchdog) disarm() bool {
+	if w.timer == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.disarmed = true
+	w.timer.Stop()
+	return w.ctx.Err() == nil
+}
+
+// stop disarms the watchdog and releases its context.
+func (w *watchdog) stop() {
+	w.disarm()
+	w.cancel(nil)
+}
+
+func (w *watchdog) explain(err error) error {
+	if w.timer == nil {
+		return err
+	}
+	return explain(w.ctx, err)
+}
+
+// progressReader tells a watchdog of every read that yields data.
+type progressReader struct {
+	r io.Reader
+	w *watchdog
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.w.progress()
+	}
+	return n, err
+}
+
+// stopOnClose releases a download's watchdog when its body is closed.
+type stopOnClose struct {
+	io.ReadCloser
+	w    *watchdog
+	once sync.Once
+}
+
+func (s *stopOnClose) Close() error {
+	err := s.ReadCloser.Close()
+	s.once.Do(s.w.stop)
+	return err
 }
 
 // send sends a request and returns a successful answer; it turns an error
@@ -236,6 +503,12 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, bo
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("computerd %s %s: %w", method, path, err)
+	}
+	if pr, ok := body.(*progressReader); ok {
+		// Keep the length net/http finds in an in-memory body.
+		if l, ok := pr.r.(interface{ Len() int }); ok {
+			req.ContentLength = int64(l.Len())
+		}
 	}
 	c.setHeaders(req.Header)
 	if ctype != "" {
@@ -259,27 +532,75 @@ func (c *Client) setHeaders(h http.Header) {
 	h.Set("Authorization", "Bearer "+c.token)
 }
 
-// decodeAnswer decodes resp's JSON body into out and closes it.
-func decodeAnswer(resp *http.Response, out any) error {
+// decodeAnswer decodes resp's JSON body, of at most limit bytes, into out
+// (nil: the answer is dropped) and closes it.
+func decodeAnswer(resp *http.Response, out any, limit int64) error {
 	defer resp.Body.Close()
+	method, path := resp.Request.Method, resp.Request.URL.Path
+	if resp.ContentLength > limit {
+		return answerTooLarge(method, path, limit)
+	}
+	lr := &limitedReader{r: resp.Body, n: limit}
 	if out == nil {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		// The answer is not needed, so a failure to read it is not one
+		// of the call's; only its size is checked.
+		io.Copy(io.Discard, lr)
+		if lr.over {
+			return answerTooLarge(method, path, limit)
+		}
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	if err := json.NewDecoder(lr).Decode(out); err != nil {
+		if lr.over {
+			return answerTooLarge(method, path, limit)
+		}
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return fmt.Errorf("computerd %s %s: read answer: %w", resp.Request.Method, resp.Request.URL.Path, err)
+		return fmt.Errorf("computerd %s %s: read answer: %w", method, path, err)
 	}
 	return nil
+}
+
+func answerTooLarge(method, path string, limit int64) error {
+	return fmt.Errorf("computerd %s %s: the answer is larger than %d bytes, the most this call reads: %w", method, path, limit, ErrAnswerTooLarge)
+}
+
+// errOverLimit ends the reading of an answer over its limit.
+var errOverLimit = errors.New("over the limit")
+
+// limitedReader reads at most n bytes from r, and fails a read past them
+// (without keeping what it read past them).
+type limitedReader struct {
+	r    io.Reader
+	n    int64
+	over bool
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.over {
+		return 0, errOverLimit
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if int64(len(p)) > l.n+1 {
+		p = p[:l.n+1]
+	}
+	n, err := l.r.Read(p)
+	if int64(n) <= l.n {
+		l.n -= int64(n)
+		return n, err
+	}
+	n, l.n, l.over = int(l.n), 0, true
+	return n, errOverLimit
 }
 
 // answerError turns an error answer into an *APIError when it is
 // computerd's, and into a plain error when it came from something else on
 // the way (a proxy, a gateway) or could not be read whole.
 func answerError(method, path string, resp *http.Response) error {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, errorAnswerBytes))
 	if err != nil {
 		return fmt.Errorf("computerd %s %s: %s, reading the answer: %w", method, path, resp.Status, err)
 	}
@@ -300,11 +621,22 @@ func answerError(method, path string, resp *http.Response) error {
 // command lives as long as ctx and the connection: cancelling ctx or
 // calling Close kills it. Call Wait or Close to release the stream.
 // The client's transport must support protocol upgrades, as net/http's does.
+//
+// Without a deadline in ctx, the client's call timeout bounds the opening
+// of the stream (computerd's answer to the upgrade and the start message);
+// the stream then lasts as long as ctx.
 func (c *Client) ExecStream(ctx context.Context, start StreamStart, stdout, stderr io.Writer) (*Stream, error) {
 	h := make(http.Header)
 	c.setHeaders(h)
-	conn, resp, err := websocket.Dial(ctx, c.base+"/v1/exec/stream", &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
+	octx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		octx, cancel = context.WithTimeoutCause(ctx, c.callTimeout, noAnswer(c.callTimeout, "the start of a stream"))
+		defer cancel()
+	}
+	conn, resp, err := websocket.Dial(octx, c.base+"/v1/exec/stream", &websocket.DialOptions{HTTPClient: c.hc, HTTPHeader: h})
 	if err != nil {
+		err = explain(octx, err)
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols && resp.Body != nil {
 			var ae *APIError
 			if errors.As(answerError(http.MethodGet, "/v1/exec/stream", resp), &ae) {
@@ -319,9 +651,9 @@ func (c *Client) ExecStream(ctx context.Context, start StreamStart, stdout, stde
 		conn.CloseNow()
 		return nil, fmt.Errorf("computerd stream: encode start: %w", err)
 	}
-	if err := conn.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := conn.Write(octx, websocket.MessageText, b); err != nil {
 		conn.CloseNow()
-		return nil, err
+		return nil, explain(octx, err)
 	}
 	s := &Stream{ctx: ctx, conn: conn, stdout: stdout, stderr: stderr, done: make(chan struct{})}
 	go s.read()
