@@ -228,6 +228,9 @@ func (s *Service) WriteFile(ctx context.Context, agent string, r WriteRequest) (
 // fileError maps computerd's file errors to the API's.
 func fileError(path string, err error) error {
 	var ae *computerd.APIError
+	if errors.Is(err, computerd.ErrAnswerTooLarge) {
+		return errorf(http.StatusBadGateway, CodeProvider, "the computer's answer was larger than the call allows: %v", err)
+	}
 	if !errors.As(err, &ae) {
 		return errorf(http.StatusBadGateway, CodeProvider, "the computer did not answer: %v", err)
 	}
