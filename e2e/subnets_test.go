@@ -69,32 +69,38 @@ func requireDefaultPools(t *testing.T) {
 	}
 }
 
-// startMany connects and starts n agents named prefix0..n-1 on p, at most
-// par at once, and fails the test on any start that does not run.
-func startMany(t *testing.T, p *proc, prefix string, n, par int) {
-	t.Helper()
+// eachAgent runs f for the agents named prefix0..n-1, at most par at once.
+func eachAgent(prefix string, n, par int, f func(id string)) {
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			id := fmt.Sprintf("%s%d", prefix, i)
-			if st, err := p.call("POST", "/v1/agents", "", map[string]any{"id": id, "name": id}, nil); err != nil || st != 201 {
-				t.Errorf("create agent %s: %d %v", id, st, err)
-				return
-			}
-			if st, err := p.call("POST", "/v1/computers", "", map[string]any{"agent": id, "provider": "docker", "leaseSeconds": 900, "dailySeconds": 3600}, nil); err != nil || st != 201 {
-				t.Errorf("connect %s: %d %v", id, st, err)
-				return
-			}
-			var s session
-			if st, err := p.call("POST", "/v1/agents/"+id+"/computer/start", "start-"+id, nil, &s); err != nil || st != 200 || s.State != "running" {
-				t.Errorf("start %s: %d %v %+v", id, st, err, s)
-			}
+			f(fmt.Sprintf("%s%d", prefix, i))
 		})
 	}
 	wg.Wait()
+}
+
+// startMany connects and starts n agents named prefix0..n-1 on p, at most
+// par at once, and fails the test on any start that does not run.
+func startMany(t *testing.T, p *proc, prefix string, n, par int) {
+	t.Helper()
+	eachAgent(prefix, n, par, func(id string) {
+		if st, err := p.call("POST", "/v1/agents", "", map[string]any{"id": id, "name": id}, nil); err != nil || st != 201 {
+			t.Errorf("create agent %s: %d %v", id, st, err)
+			return
+		}
+		if st, err := p.call("POST", "/v1/computers", "", map[string]any{"agent": id, "provider": "docker", "leaseSeconds": 900, "dailySeconds": 3600}, nil); err != nil || st != 201 {
+			t.Errorf("connect %s: %d %v", id, st, err)
+			return
+		}
+		var s session
+		if st, err := p.call("POST", "/v1/agents/"+id+"/computer/start", "start-"+id, nil, &s); err != nil || st != 200 || s.State != "running" {
+			t.Errorf("start %s: %d %v %+v", id, st, err, s)
+		}
+	})
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -103,19 +109,11 @@ func startMany(t *testing.T, p *proc, prefix string, n, par int) {
 // stopMany stops the agents' sessions, par at once.
 func stopMany(t *testing.T, p *proc, prefix string, n, par int) {
 	t.Helper()
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			id := fmt.Sprintf("%s%d", prefix, i)
-			if st, err := p.call("POST", "/v1/agents/"+id+"/computer/stop", "", nil, nil); err != nil || st != 200 {
-				t.Errorf("stop %s: %d %v", id, st, err)
-			}
-		})
-	}
-	wg.Wait()
+	eachAgent(prefix, n, par, func(id string) {
+		if st, err := p.call("POST", "/v1/agents/"+id+"/computer/stop", "", nil, nil); err != nil || st != 200 {
+			t.Errorf("stop %s: %d %v", id, st, err)
+		}
+	})
 }
 
 // computerSubnets returns the subnets of the networks a supervisor made:
