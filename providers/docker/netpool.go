@@ -72,7 +72,12 @@ func newNetPool(d *Docker, size int) *netPool {
 }
 
 // Warm starts filling the pool in the background; Create calls it too.
+// It also checks the range computer networks take their subnets from
+// (subnets.go), so that a range that cannot be used is reported at start.
 func (d *Docker) Warm(ctx context.Context) {
+	if _, err := d.subnets(ctx); err != nil {
+		d.log.Error("computer networks cannot be made; starts will fail until this is fixed", "err", err)
+	}
 	if d.pool != nil {
 		d.pool.start()
 	}

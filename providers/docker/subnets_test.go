@@ -327,3 +327,20 @@ func countOf(t *testing.T, ctx context.Context, d *Docker, computerID string) in
 	}
 	return len(cs.Items) + len(ns.Items) + len(vs.Items)
 }
+
+// TestRangeOverRouteRefused: a configured range that would shadow a route
+// of the host makes every network create fail with the route named.
+func TestRangeOverRouteRefused(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	lan := Route{netip.MustParsePrefix("10.232.7.0/24"), "eth9"}
+	d := newTestDocker(t, ctx, Options{
+		Subnets: netip.MustParsePrefix("10.232.0.0/16"),
+		Routes:  func() ([]Route, error) { return []Route{lan}, nil },
+	})
+	forgetSubnetPool(d)
+	t.Cleanup(func() { forgetSubnetPool(d) })
+	_, err := d.createComputerNetwork(ctx, "berth-n-refused-"+randomID(t), bridgeName("refused"+randomID(t)), nil)
+	if err == nil || !strings.Contains(err.Error(), SettingSubnets) || !strings.Contains(err.Error(), "10.232.7.0/24") || !strings.Contains(err.Error(), "eth9") {
+		t.Fatalf("create on a range over a route: %v, want an error naming %s and the route", err, SettingSubnets)
+	}
+}
