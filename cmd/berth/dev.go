@@ -25,6 +25,7 @@ func init() {
 // serverFlags are the flags `berth dev` and `berth supervisor` share.
 type serverFlags struct {
 	listen, data, store, logLevel string
+	tlsCert, tlsKey               string
 }
 
 func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
@@ -32,12 +33,20 @@ func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
 	cmd.Flags().StringVar(&f.data, "data", data, "folder for the database, the sealing key and generated secrets")
 	cmd.Flags().StringVar(&f.store, "store", "sqlite", "state store: sqlite, sqlite:PATH or postgres://USER:PASSWORD@HOST/DB")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate file: serve the REST API over HTTPS (with --tls-key)")
+	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
 }
 
 func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return daemon.Options{}, usagef("--log-level: %v", err)
+	}
+	switch {
+	case f.tlsCert != "" && f.tlsKey == "":
+		return daemon.Options{}, usagef("--tls-cert needs --tls-key")
+	case f.tlsKey != "" && f.tlsCert == "":
+		return daemon.Options{}, usagef("--tls-key needs --tls-cert")
 	}
 	ids, def := enabledProviders(os.Getenv)
 	blocked, err := egress.ParseBlockedCIDRs(os.Getenv("EGRESS_BLOCKED_CIDRS"))
@@ -55,6 +64,7 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	return daemon.Options{
 		Egress: daemon.EgressOptions{Listen: os.Getenv("EGRESS_LISTEN"), BlockedCIDRs: blocked, Abuse: abuse == "on"},
 		Listen: f.listen, DataDir: f.data, Store: f.store,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey,
 		Token:               os.Getenv("SUPERVISOR_TOKEN"),
 		ComputerTokenSecret: os.Getenv("COMPUTER_TOKEN_SECRET"),
 		Providers:           ids,

@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ import (
 type Options struct {
 	// Listen is the API's address (default 127.0.0.1:8080).
 	Listen string
+	// TLSCert and TLSKey, both set, are the PEM certificate (chain) and
+	// private key files the API is served with over HTTPS (TLS 1.2 or
+	// later); both empty serves plain HTTP.
+	TLSCert, TLSKey string
 	// DataDir holds the SQLite database, the sealing key and generated
 	// secrets (default ./berth-data).
 	DataDir string
@@ -117,6 +122,7 @@ type Daemon struct {
 
 	opts     Options
 	log      *slog.Logger
+	tls      *tls.Config // the API's, nil for plain HTTP
 	egressLn net.Listener
 	guarded  int // the port opened in the host firewall, 0 if none
 
@@ -153,6 +159,14 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return nil, fmt.Errorf("data folder: %w", err)
 	}
 	d := &Daemon{opts: o, log: o.Logger}
+	// The API's certificate before anything else, so that a file that
+	// does not load stops the supervisor at once.
+	if o.TLSCert != "" || o.TLSKey != "" {
+		var err error
+		if d.tls, err = loadAPITLS(o.TLSCert, o.TLSKey); err != nil {
+			return nil, err
+		}
+	}
 
 	// Providers first: a DEFAULT_PROVIDER that is not configured stops the
 	// supervisor before it touches anything.
@@ -448,6 +462,29 @@ func openStore(ctx context.Context, o Options) (store.Store, error) {
 	return nil, errors.New("--store: want sqlite, sqlite:PATH or postgres://USER@HOST/DB")
 }
 
+// loadAPITLS loads the API's certificate and key; its errors name the file.
+func loadAPITLS(certFile, keyFile string) (*tls.Config, error) {
+	switch {
+	case certFile == "":
+		return nil, errors.New("TLS: a key is given but no certificate (--tls-cert)")
+	case keyFile == "":
+		return nil, errors.New("TLS: a certificate is given but no key (--tls-key)")
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %w", err) // err names the file
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate %s with key %s: %w", certFile, keyFile, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
 // Serve listens on the configured address and serves until ctx ends, then
 // shuts down gracefully within grace. ready, if set, gets the URL once the
 // listener is open.
@@ -459,7 +496,8 @@ func (d *Daemon) Serve(ctx context.Context, grace time.Duration, ready func(url 
 	return d.ServeListener(ctx, ln, grace, ready)
 }
 
-// ServeListener is Serve on a listener the caller opened.
+// ServeListener is Serve on a listener the caller opened (a plain TCP one;
+// TLS, when configured, is added here).
 func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.Duration, ready func(url string)) error {
 	// Providers that make things ahead of time (the docker provider's
 	// network pool) start now.
@@ -480,7 +518,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		// keep failing.
 		d.log.Info("reconcile at start: some providers did not finish; trying them again", "providers", rep.Unfinished, "err", err)
 	}
-	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: d.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: d.tls}
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})
 	go func() {
@@ -522,8 +560,15 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 		close(egressDone)
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	url := "http://" + ln.Addr().String()
+	scheme := "http"
+	if d.tls != nil {
+		scheme = "https"
+		// ServeTLS takes the certificate from srv.TLSConfig.
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	url := scheme + "://" + ln.Addr().String()
 	dep, _ := d.Service.Deployment(ctx)
 	d.log.Info("supervisor listening", "url", url, "instance", d.Service.Instance(), "deployment", dep)
 	if ready != nil {
