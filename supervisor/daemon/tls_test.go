@@ -158,8 +158,8 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("GET /healthz over plain http: %d %q, want Go's 400 for HTTP to an HTTPS server", resp.StatusCode, body)
 	}
 
-	// TLS older than 1.2 is refused.
-	old := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MaxVersion: tls.VersionTLS11}}
+	// TLS older than 1.2 is refused by the server (the client offers 1.0 and 1.1).
+	old := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}}
 	defer old.CloseIdleConnections()
 	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/healthz", nil)
 	if resp, err := (&http.Client{Transport: old}).Do(req); err == nil {
