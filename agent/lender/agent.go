@@ -26,6 +26,9 @@ type AgentOptions struct {
 	Token   string
 	// RelayURL is the relay's websocket endpoint (from pairing).
 	RelayURL string
+	// Insecure allows a plain ws:// RelayURL to a host that is not
+	// loopback (relayclient.Config.Insecure; --insecure).
+	Insecure bool
 	// SupervisorURL is shown in the status.
 	SupervisorURL string
 	// DataDir holds the ledger, the settings and the control socket.
@@ -166,7 +169,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	err = l.Serve(ctx, relayclient.Config{
 		URL: o.RelayURL, Token: o.Token, HTTPClient: o.HTTPClient, Logger: log,
-		Clock: o.Clock, Version: o.Version, Backoff: o.Backoff,
+		Clock: o.Clock, Version: o.Version, Backoff: o.Backoff, Insecure: o.Insecure,
 	})
 	if errors.Is(err, context.Canceled) {
 		return nil

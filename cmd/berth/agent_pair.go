@@ -9,6 +9,7 @@ import (
 
 	"github.com/berthdev/berth/agent/credstore"
 	"github.com/berthdev/berth/app/agentlink"
+	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/supervisor/client"
 )
 
@@ -29,6 +30,7 @@ func credStore() (*credstore.Store, error) {
 
 func newAgentPairCmd() *cobra.Command {
 	var supervisorURL, name string
+	var insecure bool
 	cmd := &cobra.Command{
 		Use:   "pair CODE --supervisor URL",
 		Short: "Pair this machine with a supervisor, to lend it",
@@ -37,13 +39,20 @@ supervisor's operator made (POST /v1/companions/pair-codes; it expires in 10
 minutes) for this agent's id and token. The token and the supervisor's URL
 are kept in the OS keyring, or, where no keyring works, in an encrypted file
 in $` + configDirEnv + ` (default: the user's config directory, berth/). The
-token is never printed.`,
+token is never printed.
+
+The token travels on this exchange, so a plain http:// supervisor URL is
+refused unless its host is loopback (127.0.0.0/8, ::1, localhost); use
+https://, or --insecure to allow it anyway.`,
 		Example: "  berth agent pair ABCD-EFGH-JK --supervisor https://berth.example.com --name lab-laptop",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := client.New(supervisorURL, "", client.WithUserAgent("berth/"+version))
 			if err != nil {
 				return usageError{err}
+			}
+			if err := relayclient.CheckURL(supervisorURL, insecure); err != nil {
+				return usagef("--supervisor: %w", err)
 			}
 			store, err := credStore()
 			if err != nil {
@@ -69,6 +78,7 @@ token is never printed.`,
 	}
 	cmd.Flags().StringVar(&supervisorURL, "supervisor", "", "the supervisor's URL (required)")
 	cmd.Flags().StringVar(&name, "name", "", "this machine's name at the supervisor (default: the name given with the code)")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "allow a plain http:// supervisor URL to a host that is not loopback (the token travels unencrypted)")
 	cmd.MarkFlagRequired("supervisor")
 	return cmd
 }

@@ -96,3 +96,14 @@ func TestAgentPairUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentPairRefusesPlainHTTP: the token would travel in clear to a
+// host that is not loopback, so pairing refuses before any network call.
+func TestAgentPairRefusesPlainHTTP(t *testing.T) {
+	pairEnv(t)
+	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", "http://192.0.2.10:8080")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "http://192.0.2.10:8080") ||
+		!strings.Contains(r.stderr, "https://") {
+		t.Fatalf("pair over plain http: %d %q", r.code, r.stderr)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay/relayclient"
 )
 
 func init() { addSubcommand("agent", newAgentRunCmd) }
@@ -38,6 +39,7 @@ func defaultAgentData() string {
 
 func newAgentRunCmd() *cobra.Command {
 	var data, socket, relayURL, logLevel string
+	var insecure bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Lend this machine: run computers for the paired supervisor",
@@ -53,7 +55,11 @@ COMPUTER_IMAGE_HEADLESS, COMPUTER_IMAGE_DESKTOP, COMPUTER_PIDS, ...).
 
 Computers keep running when the relay goes away or the agent stops; the
 next start adopts them, removes what has ended, and lists what it cannot
-place as cleanup prompts.`,
+place as cleanup prompts.
+
+The agent's token travels on the relay link, so a plain ws:// relay URL is
+refused unless its host is loopback (127.0.0.0/8, ::1, localhost); use
+wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 		Example: "  berth agent run\n  berth agent run --data /var/lib/berth-agent --relay wss://relay.example.com/v1/agents/connect",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +84,9 @@ place as cleanup prompts.`,
 			if relayURL == "" {
 				return usagef("the supervisor named no relay when this machine paired: give --relay wss://HOST/v1/agents/connect")
 			}
+			if err := relayclient.CheckURL(relayURL, insecure); err != nil {
+				return usagef("relay: %w", err)
+			}
 			dopts, err := docker.OptionsFromConfig(providers.Config{Getenv: os.Getenv})
 			if err != nil {
 				return usageError{err}
@@ -87,7 +96,7 @@ place as cleanup prompts.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
-				AgentID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, SupervisorURL: creds.SupervisorURL,
+				AgentID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL,
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",
@@ -101,5 +110,6 @@ place as cleanup prompts.`,
 	f.StringVar(&socket, "socket", "", "the control socket's path (default: DATA/"+control.SocketName+")")
 	f.StringVar(&relayURL, "relay", "", "the relay's websocket URL (default: the one named at pairing)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&insecure, "insecure", false, "allow a plain ws:// relay URL to a host that is not loopback (the token travels unencrypted)")
 	return cmd
 }

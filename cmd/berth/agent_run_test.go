@@ -61,3 +61,21 @@ func TestRelayNeedsToken(t *testing.T) {
 		t.Fatalf("relay without a supervisor: %d %q", r.code, r.stderr)
 	}
 }
+
+// TestAgentRunRefusesPlainWS: a plain ws:// relay to a host that is not
+// loopback is a usage error naming --insecure.
+func TestAgentRunRefusesPlainWS(t *testing.T) {
+	dir := pairEnv(t)
+	cs, err := credstore.New(credstore.WithDir(dir), credstore.FileOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Save(credstore.Credentials{AgentID: "cp_abc", Token: pairToken, SupervisorURL: "https://berth.example.com",
+		RelayURL: "ws://192.0.2.10:8081/v1/agents/connect"}); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "", "agent", "run", "--data", filepath.Join(t.TempDir(), "agent"))
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--insecure") || !strings.Contains(r.stderr, "ws://192.0.2.10:8081/v1/agents/connect") {
+		t.Fatalf("run with a plain ws:// relay: %d %q", r.code, r.stderr)
+	}
+}

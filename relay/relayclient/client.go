@@ -49,22 +49,38 @@ type Config struct {
 	// OnDisconnect, if set, is called with the reason each time the link
 	// is lost or an attempt to connect fails.
 	OnDisconnect func(error)
+	// Insecure allows a plain ws:// URL to a host that is not loopback,
+	// where the token travels unencrypted (berth agent run --insecure).
+	// Without it, such a URL is refused; wss:// and loopback need none.
+	Insecure bool
 }
 
 // ErrUnauthorized is returned by Connect when the relay refuses the token.
 var ErrUnauthorized = errors.New("relay refused agent token")
 
+// ErrInsecureURL is returned by Run, Connect and CheckURL for a plain
+// ws:// URL to a host that is not loopback, without Config.Insecure.
+var ErrInsecureURL = errors.New("unencrypted link to a host that is not loopback")
+
 // Run connects to the relay and serves cfg.Handler until ctx ends,
-// reconnecting whenever the link drops. It returns ctx's error.
+// reconnecting whenever the link drops. It returns ctx's error, or at
+// once an error for a URL that CheckURL refuses.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Handler == nil {
 		return errors.New("relayclient: Config.Handler is required")
+	}
+	if err := CheckURL(cfg.URL, cfg.Insecure); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("component", "relay-link")
+	if cfg.Insecure {
+		log.Warn("INSECURE: --insecure allows a plain ws:// relay link to a host that is not loopback, where the agent token travels unencrypted",
+			"url", cfg.URL, "unencrypted", plaintext(cfg.URL))
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -97,6 +113,9 @@ func Run(ctx context.Context, cfg Config) error {
 // Connect dials the relay once and returns the multiplexed session, on
 // which the relay opens streams. Most callers want Run.
 func Connect(ctx context.Context, cfg Config) (*yamux.Session, error) {
+	if err := CheckURL(cfg.URL, cfg.Insecure); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+cfg.Token)
 	if cfg.Version != "" {
