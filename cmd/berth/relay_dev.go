@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -115,7 +117,7 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 	sock := filepath.Join(dir, control.SocketName)
 	l.wg.Go(func() {
 		err := lender.RunAgent(ctx, lender.AgentOptions{
-			AgentID: creds.AgentID, Token: creds.Token, RelayURL: l.url, SupervisorURL: url,
+			AgentID: creds.AgentID, Token: creds.Token, RelayURL: loopbackURL(l.url), SupervisorURL: url,
 			DataDir: dir, Socket: sock, Docker: dopts, Logger: l.log.With("agent", creds.AgentID), Version: version,
 		})
 		if err != nil {
@@ -177,4 +179,18 @@ func (l *devLending) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l.http.Shutdown(ctx)
+}
+
+// loopbackURL is u with an unspecified host (the relay listening on every
+// address) replaced by 127.0.0.1: this machine's own agent reaches its
+// relay over loopback, where a plain ws:// link is allowed.
+func loopbackURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	if ip, err := netip.ParseAddr(p.Hostname()); err == nil && ip.IsUnspecified() {
+		p.Host = net.JoinHostPort("127.0.0.1", p.Port())
+	}
+	return p.String()
 }
