@@ -107,6 +107,13 @@ func (p *pooler) closeAll() {
 // running until the test ends.
 func poolEnv(t *testing.T, p *pooler) (*supervisor.Service, store.Store) {
 	t.Helper()
+	return poolService(t, p, p, nil)
+}
+
+// poolService is poolEnv with prov (which wraps p) as the docker provider;
+// closing, if set, runs at the end after the pool has drained.
+func poolService(t *testing.T, prov providers.Provider, p *pooler, closing func()) (*supervisor.Service, store.Store) {
+	t.Helper()
 	ctx := testContext(t)
 	p.t, p.servers = t, map[string]*httptest.Server{}
 	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
@@ -125,7 +132,7 @@ func poolEnv(t *testing.T, p *pooler) (*supervisor.Service, store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": p},
+	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": prov},
 		Box: box, Tokens: tokens, EgressAddr: "10.0.0.1:3128"})
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +147,9 @@ func poolEnv(t *testing.T, p *pooler) (*supervisor.Service, store.Store) {
 		cancel()
 		<-ran
 		svc.DrainPool(context.Background())
+		if closing != nil {
+			closing()
+		}
 		p.closeAll()
 		st.Close()
 	})

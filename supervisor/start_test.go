@@ -6,18 +6,13 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 // heldBind is a pooler whose pool computers refuse their bind, each bind
@@ -70,48 +65,7 @@ func (p *heldBind) close() {
 func TestStartWaitingOnFailedBindGoesOn(t *testing.T) {
 	ctx := testContext(t)
 	p := &heldBind{pooler: &pooler{size: 1, brokenBind: true}, release: make(chan struct{}), binding: make(chan struct{})}
-	p.t, p.servers = t, map[string]*httptest.Server{}
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": p},
-		Box: box, Tokens: tokens, EgressAddr: "10.0.0.1:3128"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		svc.RunPool(pctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-ran
-		svc.DrainPool(context.Background())
-		p.close()
-		p.closeAll()
-		st.Close()
-	})
-	if _, err := svc.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: "a1", Name: "a1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.Connect(ctx, supervisor.ConnectRequest{Agent: "a1"}); err != nil {
-		t.Fatal(err)
-	}
+	svc, st := poolService(t, p, p.pooler, p.close)
 	waitPool(t, svc, 1)
 
 	type result struct {
