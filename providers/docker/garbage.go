@@ -166,21 +166,8 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		if !expired(nw.Labels, now) {
 			continue
 		}
-		ins, err := cli.NetworkInspect(ctx, nw.ID, client.NetworkInspectOptions{})
-		if cerrdefs.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("inspect network %s: %w", nw.Name, err))
-			continue
-		}
-		for ct := range ins.Network.Containers {
-			if _, err := cli.NetworkDisconnect(ctx, nw.ID, client.NetworkDisconnectOptions{Container: ct, Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("disconnect %s from network %s: %w", ct, nw.Name, err))
-			}
-		}
-		if _, err := cli.NetworkRemove(ctx, nw.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove network %s: %w", nw.Name, err))
+		if err := c.d.removeNetwork(ctx, nw.ID, nw.Name); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		n.Networks++

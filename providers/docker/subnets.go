@@ -65,12 +65,15 @@ var (
 	subnetPools   = map[string]*subnetPool{} // engine host and setting -> pool
 )
 
+// subnetPoolKey names the provider's engine and range in subnetPools.
+func (d *Docker) subnetPoolKey() string { return d.opts.Host + "|" + d.opts.Subnets.String() }
+
 // subnets returns the provider's subnet pool, reading the range and the
 // engine's networks on first use. An error (a range that overlaps a route
 // of the host, an engine that cannot be reached) is returned again on the
 // next call, which tries again.
 func (d *Docker) subnets(ctx context.Context) (*subnetPool, error) {
-	key := d.opts.Host + "|" + d.opts.Subnets.String()
+	key := d.subnetPoolKey()
 	subnetPoolsMu.Lock()
 	defer subnetPoolsMu.Unlock()
 	if p := subnetPools[key]; p != nil {
@@ -305,7 +308,7 @@ func (d *Docker) createComputerNetwork(ctx context.Context, name, bridge string,
 // releaseSubnets frees the range's subnets of a removed network.
 func (d *Docker) releaseSubnets(cfg []network.IPAMConfig) {
 	subnetPoolsMu.Lock()
-	p := subnetPools[d.opts.Host+"|"+d.opts.Subnets.String()]
+	p := subnetPools[d.subnetPoolKey()]
 	subnetPoolsMu.Unlock()
 	if p == nil {
 		return

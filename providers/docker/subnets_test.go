@@ -139,7 +139,7 @@ func TestOptionsSubnetsAndGrace(t *testing.T) {
 // as a new process would.
 func forgetSubnetPool(d *Docker) {
 	subnetPoolsMu.Lock()
-	delete(subnetPools, d.opts.Host+"|"+d.opts.Subnets.String())
+	delete(subnetPools, d.subnetPoolKey())
 	subnetPoolsMu.Unlock()
 }
 
