@@ -144,7 +144,8 @@ func TestWarmPoolNoLeaks(t *testing.T) {
 		t.Fatalf("session 1 proxy %q: want user %s (%v)", x.Stdout, first.ComputerID, err)
 	}
 	pass1, _ := proxy1.User.Password()
-	if x := s.exec("leak1", "ps -o args | grep -c '^sleep 1000'"); strings.TrimSpace(x.Stdout) != "1" {
+	// The forked child may not have exec'd sleep yet when the call answers.
+	if x := s.exec("leak1", "for i in $(seq 50); do n=$(ps -o args | grep -c '^sleep 1000'); [ $n = 1 ] && break; sleep 0.1; done; echo $n"); strings.TrimSpace(x.Stdout) != "1" {
 		t.Fatalf("session 1 background process not running: %+v", x)
 	}
 	s.must("POST", "/v1/agents/leak1/computer/stop", nil, 200, nil)
