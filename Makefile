@@ -42,7 +42,7 @@ test-short: ## run the tests that need no Docker engine
 # way round), its loopback baseline swinging from run to run. The load
 # average before and after goes with the table, the machine being shared.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
-BENCH_PKGS ?= ./supervisor/store/... ./supervisor/egress/ ./relay/... ./agent/lender/ ./app/ui/
+BENCH_PKGS ?= ./supervisor/store/... ./egress/ ./relay/... ./agent/lender/ ./app/ui/
 BENCH_TIMEOUT ?= 30m
 bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
 	@echo "load before: $$(uptime)"; \
@@ -50,7 +50,7 @@ bench: docker images ## run the benchmarks; one table: each figure, its baseline
 	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench LiveView -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/api/; \
-	   $(GO) test -run '^$$' -bench Connect1GiB -benchtime 6x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/egress/; \
+	   $(GO) test -run '^$$' -bench Connect1GiB -benchtime 6x -count 1 -timeout $(BENCH_TIMEOUT) ./egress/; \
 	   $(GO) test -run '^$$' -bench . -skip Connect1GiB -count 1 -timeout $(BENCH_TIMEOUT) $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE); \
 	rc=$$?; echo "load after: $$(uptime)"; exit $$rc
 

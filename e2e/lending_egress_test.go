@@ -23,10 +23,11 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/netnstest"
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -155,27 +156,27 @@ func TestLendingEgress(t *testing.T) {
 
 	// The supervisor's side: creates and commands through the relay.
 	hc := &http.Client{Transport: rs.Transport(agentID)}
-	start := func(env map[string]string) (lender.Computer, *computerd.Client) {
+	start := func(env map[string]string) (lending.Computer, *computerd.Client) {
 		t.Helper()
 		var id [6]byte
 		rand.Read(id[:])
 		cid := fmt.Sprintf("le%x", id)
 		tok := "tok-" + cid
-		body, _ := json.Marshal(lender.CreateRequest{ComputerID: cid, SessionID: "s_" + cid, AttemptID: "a_" + cid,
+		body, _ := json.Marshal(lending.CreateRequest{ComputerID: cid, SessionID: "s_" + cid, AttemptID: "a_" + cid,
 			Deployment: "dep-e2e", Agent: "lend-egress", Image: "headless", TokenHash: token.Hash(tok), LeaseSeconds: 600, Env: env})
-		req, _ := http.NewRequestWithContext(ctx, "POST", "http://lender"+lender.PathComputers, bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, "POST", "http://lender"+lending.PathComputers, bytes.NewReader(body))
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var c lender.Computer
+		var c lending.Computer
 		if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&c) != nil {
 			raw, _ := io.ReadAll(resp.Body)
 			t.Fatalf("create: %s %s", resp.Status, raw)
 		}
 		t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", c.MachineID).Run() })
-		cl := computerd.NewClient("http://lender"+lender.EndpointPath(cid), tok, computerd.WithTransport(rs.Transport(agentID)))
+		cl := computerd.NewClient("http://lender"+lending.EndpointPath(cid), tok, computerd.WithTransport(rs.Transport(agentID)))
 		for {
 			if _, err := cl.Health(ctx); err == nil {
 				break

@@ -22,8 +22,9 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -147,7 +148,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := computerd.NewClient("http://lender"+lender.EndpointPath(cs[0].ComputerID), deriver.Derive(token.Computer, cs[0].ComputerID),
+	term := computerd.NewClient("http://lender"+lending.EndpointPath(cs[0].ComputerID), deriver.Derive(token.Computer, cs[0].ComputerID),
 		computerd.WithTransport(remote.Transport(paired.AgentID)))
 	var termOut bytes.Buffer
 	st, err := term.ExecStream(ctx, computerd.StreamStart{Command: "read x; echo got $x", TimeoutMs: 20000}, &termOut, io.Discard)
@@ -239,7 +240,7 @@ func TestLendingThroughRelay(t *testing.T) {
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
-	if st := s.call("POST", "/v1/agents/lend1/computer/start", nil, &e); st != 503 || e.Error.Code != lender.CodePaused {
+	if st := s.call("POST", "/v1/agents/lend1/computer/start", nil, &e); st != 503 || e.Error.Code != lending.CodePaused {
 		t.Fatalf("start while paused: %d %+v", st, e)
 	}
 	if u, err := owner.Usage(ctx, 1); err != nil || len(u.ByAgent) != 1 || u.ByAgent[0].Key != "lend1" || u.ByWorkspace[0].Key != "lab" {

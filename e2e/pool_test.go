@@ -17,12 +17,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/daemon"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )

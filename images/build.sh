@@ -18,7 +18,7 @@
 #
 # Environment:
 #   COMPUTERD_BIN                use this computerd binary instead of building
-#                                ./images/computerd/cmd/computerd
+#                                ./cmd/computerd
 #   BERTH_DEBIAN_MIRROR          Debian mirror for the base (default: the one
 #                                in this machine's apt sources)
 #   BERTH_DEBIAN_SECURITY        Debian security mirror, or "none" (default:
@@ -217,13 +217,13 @@ computerd() {
 		[ -f "$COMPUTERD_BIN" ] || die "COMPUTERD_BIN=$COMPUTERD_BIN does not exist"
 		bin=$(cd "$(dirname "$COMPUTERD_BIN")" && pwd -P)/$(basename "$COMPUTERD_BIN")
 	else
-		[ -d "$IMAGES/computerd/cmd/computerd" ] ||
-			die "no ./images/computerd/cmd/computerd package yet; set COMPUTERD_BIN to a static linux/$ARCH binary"
+		[ -d "$ROOT/cmd/computerd" ] ||
+			die "no ./cmd/computerd package yet; set COMPUTERD_BIN to a static linux/$ARCH binary"
 		command -v go >/dev/null || die "go is needed to build computerd (or set COMPUTERD_BIN)"
 		bin=$CACHE/$ARCH/computerd
 		local t=$EPOCHREALTIME
 		(cd "$ROOT" && CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH \
-			go build -trimpath -ldflags='-s -w' -o "$bin" ./images/computerd/cmd/computerd) ||
+			go build -trimpath -ldflags='-s -w' -o "$bin" ./cmd/computerd) ||
 			die "building computerd failed"
 		log "computerd built for linux/$ARCH in $(since "$t")"
 	fi

@@ -12,11 +12,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )

@@ -22,11 +22,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 )
 

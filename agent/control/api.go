@@ -1,9 +1,6 @@
 package control
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"time"
 )
 
@@ -186,18 +183,6 @@ const (
 // CleanupFailedAfter is how many removals of a computer must fail in a row
 // before its session is cleanup_failed rather than stopping.
 const CleanupFailedAfter = 3
-
-// OwnerViewKey is the key of a desktop session's owner link (Session.ViewURL),
-// the supervisor's /view/{session}/owner?key=KEY: base64url of HMAC-SHA256
-// under the computer's token of "berth owner view\n" and the session id.
-// Only the supervisor, which derives the token, and the lending agent,
-// which relays it on every call to the computer, can make it; the computer
-// holds only the token's hash, and the key reveals nothing of the token.
-func OwnerViewKey(computerToken, session string) string {
-	mac := hmac.New(sha256.New, []byte(computerToken))
-	mac.Write([]byte("berth owner view\n" + session))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
 
 // Approval is a new session waiting for the owner's approve or deny.
 type Approval struct {

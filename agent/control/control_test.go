@@ -18,8 +18,9 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -141,7 +142,7 @@ func TestControlAPI(t *testing.T) {
 	apiErr(t, err, http.StatusBadRequest, control.CodeBadRequest, "days: 200 is outside 1..90")
 
 	// Approval mode: a start waits; the owner sees it and denies it.
-	req := lender.CreateRequest{ComputerID: "ctl1", SessionID: "s1", AttemptID: "a1", Deployment: "dep", Agent: "agent-7",
+	req := lending.CreateRequest{ComputerID: "ctl1", SessionID: "s1", AttemptID: "a1", Deployment: "dep", Agent: "agent-7",
 		Workspace: "lab", TokenHash: token.Hash("t"), LeaseSeconds: 600}
 	errc := make(chan error, 1)
 	go func() { _, err := l.Create(ctx, req); errc <- err }()
@@ -158,8 +159,8 @@ func TestControlAPI(t *testing.T) {
 	if a, err := c.Deny(ctx, as[0].ID); err != nil || a.State != control.ApprovalDenied {
 		t.Fatalf("deny %+v %v", a, err)
 	}
-	var le *lender.Error
-	if err := <-errc; !errors.As(err, &le) || le.Code != lender.CodeDenied {
+	var le *lending.Error
+	if err := <-errc; !errors.As(err, &le) || le.Code != lending.CodeDenied {
 		t.Fatalf("denied start: %v", err)
 	}
 	_, err = c.Approve(ctx, as[0].ID)
@@ -205,7 +206,7 @@ func TestControlSessions(t *testing.T) {
 		d.Destroy(cctx, docker.ContainerPrefix+id)
 		d.Close()
 	})
-	req := lender.CreateRequest{ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep", Agent: "agent-8",
+	req := lending.CreateRequest{ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep", Agent: "agent-8",
 		Workspace: "lab", TokenHash: token.Hash(tok), LeaseSeconds: 600}
 	errc := make(chan error, 1)
 	go func() { _, err := l.Create(ctx, req); errc <- err }()
@@ -236,7 +237,7 @@ func TestControlSessions(t *testing.T) {
 	// A call from the supervisor passes through; then the agent can ask.
 	srv := httptest.NewServer(l.Handler())
 	defer srv.Close()
-	cd := computerd.NewClient(srv.URL+lender.EndpointPath(id), tok)
+	cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
 	for {
 		if _, err := cd.Processes(ctx); err == nil {
 			break

@@ -15,8 +15,9 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -75,13 +76,13 @@ func TestControlScreenshot(t *testing.T) {
 		d.Destroy(cctx, docker.ContainerPrefix+id)
 		d.Close()
 	})
-	if _, err := l.Create(ctx, lender.CreateRequest{ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep",
+	if _, err := l.Create(ctx, lending.CreateRequest{ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep",
 		Agent: "agent-9", Workspace: "lab", Image: "desktop", TokenHash: token.Hash(tok), LeaseSeconds: 600}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(l.Handler())
 	defer srv.Close()
-	cd := computerd.NewClient(srv.URL+lender.EndpointPath(id), tok)
+	cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
 	var png []byte
 	for {
 		if _, err := cd.Processes(ctx); err == nil {

@@ -12,7 +12,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -66,7 +67,7 @@ func BenchmarkLentExec(b *testing.B) {
 	}
 	c, _ := r.l.lookup(req.ComputerID)
 	direct := computerd.NewClient(c.endpoint, tok)
-	relayed := computerd.NewClient("http://lender"+EndpointPath(req.ComputerID), tok, computerd.WithTransport(rs.Transport("cp_bench")))
+	relayed := computerd.NewClient("http://lender"+lending.EndpointPath(req.ComputerID), tok, computerd.WithTransport(rs.Transport("cp_bench")))
 	for _, cl := range []*computerd.Client{direct, relayed} {
 		for {
 			if _, err := cl.Health(ctx); err == nil {

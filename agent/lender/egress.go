@@ -14,10 +14,10 @@ import (
 	"sync"
 
 	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/egress"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
-	"github.com/berthdev/berth/supervisor/egress"
-	"github.com/berthdev/berth/supervisor/secrets"
 )
 
 // A lent computer's network is internal: its only way out is the agent's

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
 )
 
@@ -20,29 +20,29 @@ const maxCreateBody = 1 << 20
 // Handler returns the API the supervisor reaches over the relay link.
 func (l *Lender) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathComputers, l.handleCreate)
-	mux.HandleFunc("GET "+PathComputers, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+lending.PathComputers, l.handleCreate)
+	mux.HandleFunc("GET "+lending.PathComputers, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, l.Computers())
 	})
-	mux.HandleFunc("DELETE "+PathComputer, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+lending.PathComputer, func(w http.ResponseWriter, r *http.Request) {
 		if err := l.Destroy(r.Context(), r.PathValue("id")); err != nil {
 			writeError(w, err)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc(PathComputer+ComputerdPrefix+"/{rest...}", l.handleComputerd)
-	mux.HandleFunc("GET "+PathState, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(lending.PathComputer+lending.ComputerdPrefix+"/{rest...}", l.handleComputerd)
+	mux.HandleFunc("GET "+lending.PathState, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, l.State())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		writeError(w, errorf(http.StatusNotFound, lending.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
 
 func (l *Lender) handleCreate(w http.ResponseWriter, r *http.Request) {
-	var req CreateRequest
+	var req lending.CreateRequest
 	// Unknown fields are ignored, so that a newer supervisor can still
 	// start computers on an older agent.
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCreateBody))
@@ -73,7 +73,7 @@ func (l *Lender) handleComputerd(w http.ResponseWriter, r *http.Request) {
 	}
 	target, err := url.Parse(c.endpoint)
 	if err != nil || c.endpoint == "" {
-		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "computer %s has no address", c.s.ComputerID))
+		writeError(w, errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "computer %s has no address", c.s.ComputerID))
 		return
 	}
 	if tok := relay.BearerToken(r.Header.Get("Authorization")); tok != "" && c.s.TokenHash != "" && token.Check(tok, c.s.TokenHash) {
@@ -97,7 +97,7 @@ func (l *Lender) handleComputerd(w http.ResponseWriter, r *http.Request) {
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			l.log.Warn("computerd unreachable", "computer", c.s.ComputerID, "path", rest, "err", err)
-			writeError(w, errorf(http.StatusBadGateway, CodeUnavailable, "computer %s did not answer", c.s.ComputerID))
+			writeError(w, errorf(http.StatusBadGateway, lending.CodeUnavailable, "computer %s did not answer", c.s.ComputerID))
 		},
 	}
 	p.ServeHTTP(w, r)
@@ -111,20 +111,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, ErrClosed) {
-		err = errorf(http.StatusServiceUnavailable, CodeUnavailable, "the agent is shutting down")
+		err = errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the agent is shutting down")
 	}
 	e := AsError(err)
-	writeJSON(w, e.Status, ErrorBody{Error: e})
-}
-
-// ReadError decodes an error answer of the lender's API; ok is false when
-// the body is not one (an answer from something else on the way).
-func ReadError(resp *http.Response) (e *Error, ok bool) {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var eb ErrorBody
-	if json.Unmarshal(b, &eb) != nil || eb.Error == nil || eb.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: CodeUnavailable, Message: strings.TrimSpace(string(b))}, false
-	}
-	eb.Error.Status = resp.StatusCode
-	return eb.Error, true
+	writeJSON(w, e.Status, lending.ErrorBody{Error: e})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -135,10 +136,10 @@ func newComputerID() string {
 }
 
 // request is a create for a new computer with a fresh token.
-func request(agent string) (CreateRequest, string) {
+func request(agent string) (lending.CreateRequest, string) {
 	id := newComputerID()
 	tok := "tok-" + id
-	return CreateRequest{
+	return lending.CreateRequest{
 		ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "dep-test",
 		Agent: agent, Workspace: "ws-test", Image: "headless", TokenHash: token.Hash(tok), LeaseSeconds: 900,
 	}, tok

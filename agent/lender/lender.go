@@ -24,6 +24,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -264,7 +265,7 @@ var (
 	tokenHashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
-func checkCreate(r *CreateRequest) error {
+func checkCreate(r *lending.CreateRequest) error {
 	switch {
 	case !idRE.MatchString(r.ComputerID):
 		return badRequest("computerId: %q must be 1 to 128 letters, digits, '_', '.' or '-'", r.ComputerID)
@@ -290,26 +291,26 @@ func checkCreate(r *CreateRequest) error {
 // Create starts a computer, after checking the owner's limits and, in
 // approval mode, waiting for the owner. A retry of the same attempt
 // returns the computer it made.
-func (l *Lender) Create(ctx context.Context, r CreateRequest) (Computer, error) {
+func (l *Lender) Create(ctx context.Context, r lending.CreateRequest) (lending.Computer, error) {
 	if err := checkCreate(&r); err != nil {
-		return Computer{}, err
+		return lending.Computer{}, err
 	}
 	lease := time.Duration(r.LeaseSeconds) * time.Second
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return Computer{}, ErrClosed
+		return lending.Computer{}, ErrClosed
 	}
 	if c := l.running[r.ComputerID]; c != nil {
 		l.mu.Unlock()
 		if c.s.AttemptID == r.AttemptID {
 			return l.view(c), nil
 		}
-		return Computer{}, errorf(http.StatusConflict, CodeConflict, "computer %s already runs here (attempt %s)", r.ComputerID, c.s.AttemptID)
+		return lending.Computer{}, errorf(http.StatusConflict, lending.CodeConflict, "computer %s already runs here (attempt %s)", r.ComputerID, c.s.AttemptID)
 	}
 	if _, ok := l.starting[r.ComputerID]; ok {
 		l.mu.Unlock()
-		return Computer{}, errorf(http.StatusConflict, CodeConflict, "computer %s is already starting", r.ComputerID)
+		return lending.Computer{}, errorf(http.StatusConflict, lending.CodeConflict, "computer %s is already starting", r.ComputerID)
 	}
 	now := l.clk.Now()
 	s := l.settings
@@ -317,7 +318,7 @@ func (l *Lender) Create(ctx context.Context, r CreateRequest) (Computer, error) 
 	if err != nil {
 		l.mu.Unlock()
 		l.log.Info("start refused", "computer", r.ComputerID, "agent", r.Agent, "workspace", r.Workspace, "reason", err)
-		return Computer{}, err
+		return lending.Computer{}, err
 	}
 	l.starting[r.ComputerID] = reservation{lease: lease, day: day}
 	l.mu.Unlock()
@@ -331,14 +332,14 @@ func (l *Lender) Create(ctx context.Context, r CreateRequest) (Computer, error) 
 		if err := l.await(ctx, r, time.Duration(s.ApprovalTimeoutSeconds)*time.Second); err != nil {
 			release()
 			l.log.Info("start refused", "computer", r.ComputerID, "agent", r.Agent, "reason", err)
-			return Computer{}, err
+			return lending.Computer{}, err
 		}
 		now = l.clk.Now()
 	}
 	c, err := l.launch(ctx, r, day, now, lease)
 	if err != nil {
 		release()
-		return Computer{}, err
+		return lending.Computer{}, err
 	}
 	l.mu.Lock()
 	delete(l.starting, r.ComputerID)
@@ -353,10 +354,10 @@ func (l *Lender) Create(ctx context.Context, r CreateRequest) (Computer, error) 
 }
 
 // start creates the container through the docker provider.
-func (l *Lender) start(ctx context.Context, r CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
+func (l *Lender) start(ctx context.Context, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
 	d, err := l.provider()
 	if err != nil {
-		return nil, errorf(http.StatusServiceUnavailable, CodeUnavailable, "%v", err)
+		return nil, errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "%v", err)
 	}
 	ls := ledger.Session{
 		ComputerID: r.ComputerID, SessionID: r.SessionID, AttemptID: r.AttemptID, Agent: r.Agent,
@@ -392,19 +393,19 @@ func (l *Lender) start(ctx context.Context, r CreateRequest, day string, now tim
 func createError(err error) error {
 	switch {
 	case errors.Is(err, providers.ErrBadImage):
-		return errorf(http.StatusBadGateway, CodeBadImage, "%v", err)
+		return errorf(http.StatusBadGateway, lending.CodeBadImage, "%v", err)
 	case errors.Is(err, providers.ErrUnavailable):
-		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "Docker on the lender's machine is unreachable")
+		return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "Docker on the lender's machine is unreachable")
 	case errors.Is(err, providers.ErrCapacity):
-		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the lender's machine is out of capacity")
+		return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the lender's machine is out of capacity")
 	}
-	return errorf(http.StatusBadGateway, CodeUnavailable, "the computer could not be created: %v", err)
+	return errorf(http.StatusBadGateway, lending.CodeUnavailable, "the computer could not be created: %v", err)
 }
 
 // checkLimits refuses a start that breaks one of the owner's limits, each
 // with its own code. It runs with l.mu held and returns the owner's local
 // day the session counts on.
-func (l *Lender) checkLimits(ctx context.Context, r CreateRequest, s control.Settings, now time.Time) (string, error) {
+func (l *Lender) checkLimits(ctx context.Context, r lending.CreateRequest, s control.Settings, now time.Time) (string, error) {
 	loc, err := location(s.TimeZone)
 	if err != nil {
 		loc = time.Local
@@ -412,27 +413,27 @@ func (l *Lender) checkLimits(ctx context.Context, r CreateRequest, s control.Set
 	local := now.In(loc)
 	day := local.Format(time.DateOnly)
 	if !s.Lending {
-		return "", errorf(http.StatusServiceUnavailable, CodePaused, "lending is paused by the machine's owner")
+		return "", errorf(http.StatusServiceUnavailable, lending.CodePaused, "lending is paused by the machine's owner")
 	}
 	if !allowedAt(s.Hours, local) {
 		days := "every day"
 		if len(s.Hours.Days) > 0 {
 			days = strings.Join(s.Hours.Days, ", ")
 		}
-		return "", limitf(CodeHours, "the owner lends this machine from %s to %s (%s, %s); it is %s there now",
+		return "", limitf(lending.CodeHours, "the owner lends this machine from %s to %s (%s, %s); it is %s there now",
 			s.Hours.From, s.Hours.To, days, loc, local.Format("Mon 15:04"))
 	}
 	if r.Image == providers.ImageDesktop && !s.Desktop {
-		return "", limitf(CodeDesktop, "the owner allows no desktop computers on this machine; ask for the headless image")
+		return "", limitf(lending.CodeDesktop, "the owner allows no desktop computers on this machine; ask for the headless image")
 	}
 	if r.CPUs > s.CPUs {
-		return "", limitf(CodeCPU, "cpus: %g asked, the owner allows at most %g per computer", r.CPUs, s.CPUs)
+		return "", limitf(lending.CodeCPU, "cpus: %g asked, the owner allows at most %g per computer", r.CPUs, s.CPUs)
 	}
 	if r.MemoryMB > s.MemoryMB {
-		return "", limitf(CodeMemory, "memoryMB: %d asked, the owner allows at most %d MB per computer", r.MemoryMB, s.MemoryMB)
+		return "", limitf(lending.CodeMemory, "memoryMB: %d asked, the owner allows at most %d MB per computer", r.MemoryMB, s.MemoryMB)
 	}
 	if n := len(l.running) + len(l.starting); n >= s.MaxComputers {
-		return "", limitf(CodeTooMany, "the owner allows at most %d computers at once on this machine; %d are running or starting", s.MaxComputers, n)
+		return "", limitf(lending.CodeTooMany, "the owner allows at most %d computers at once on this machine; %d are running or starting", s.MaxComputers, n)
 	}
 	used, err := l.cfg.Ledger.DaySeconds(ctx, day, now)
 	if err != nil {
@@ -450,7 +451,7 @@ func (l *Lender) checkLimits(ctx context.Context, r CreateRequest, s control.Set
 		}
 	}
 	if left := s.DailySeconds - used - reserved; left < int64(r.LeaseSeconds) {
-		return "", limitf(CodeBudget, "daily lending budget: %d s of %d s left today (%s), this session needs %d s; it resets at midnight %s",
+		return "", limitf(lending.CodeBudget, "daily lending budget: %d s of %d s left today (%s), this session needs %d s; it resets at midnight %s",
 			max(left, 0), s.DailySeconds, day, r.LeaseSeconds, loc)
 	}
 	return day, nil
@@ -458,7 +459,7 @@ func (l *Lender) checkLimits(ctx context.Context, r CreateRequest, s control.Set
 
 // await waits for the owner to approve the start, refusing it on a denial
 // or once timeout has passed.
-func (l *Lender) await(ctx context.Context, r CreateRequest, timeout time.Duration) error {
+func (l *Lender) await(ctx context.Context, r lending.CreateRequest, timeout time.Duration) error {
 	now := l.clk.Now()
 	a := &approval{
 		info: control.Approval{
@@ -478,11 +479,11 @@ func (l *Lender) await(ctx context.Context, r CreateRequest, timeout time.Durati
 		if ok {
 			return nil
 		}
-		return errorf(http.StatusForbidden, CodeDenied, "the machine's owner denied the session")
+		return errorf(http.StatusForbidden, lending.CodeDenied, "the machine's owner denied the session")
 	case <-expired:
-		reason = errorf(http.StatusServiceUnavailable, CodeApprovalTimeout, "the machine's owner did not approve the session within %d s", int(timeout.Seconds()))
+		reason = errorf(http.StatusServiceUnavailable, lending.CodeApprovalTimeout, "the machine's owner did not approve the session within %d s", int(timeout.Seconds()))
 	case <-ctx.Done():
-		reason = errorf(http.StatusServiceUnavailable, CodeApprovalTimeout, "the request ended while waiting for the owner's approval")
+		reason = errorf(http.StatusServiceUnavailable, lending.CodeApprovalTimeout, "the request ended while waiting for the owner's approval")
 	case <-l.done:
 		reason = ErrClosed
 	}
@@ -492,7 +493,7 @@ func (l *Lender) await(ctx context.Context, r CreateRequest, timeout time.Durati
 		if <-a.decided {
 			return nil
 		}
-		return errorf(http.StatusForbidden, CodeDenied, "the machine's owner denied the session")
+		return errorf(http.StatusForbidden, lending.CodeDenied, "the machine's owner denied the session")
 	}
 	a.info.State = control.ApprovalTimedOut
 	delete(l.approvals, a.info.ID)
@@ -505,7 +506,7 @@ func (l *Lender) Decide(id string, approve bool) (control.Approval, error) {
 	defer l.mu.Unlock()
 	a := l.approvals[id]
 	if a == nil || a.info.State != control.ApprovalPending {
-		return control.Approval{}, errorf(http.StatusNotFound, CodeNotFound, "no session waits for approval %q", id)
+		return control.Approval{}, errorf(http.StatusNotFound, lending.CodeNotFound, "no session waits for approval %q", id)
 	}
 	a.info.State = control.ApprovalDenied
 	if approve {
@@ -590,7 +591,7 @@ func (l *Lender) end(ctx context.Context, computerID, reason string) error {
 		return err
 	}
 	if failed {
-		return errorf(http.StatusServiceUnavailable, CodeUnavailable, "remove computer %s: %v", computerID, err)
+		return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "remove computer %s: %v", computerID, err)
 	}
 	end := l.clk.Now()
 	if ended, err := l.cfg.Ledger.End(context.WithoutCancel(ctx), computerID, end, reason); err != nil && !errors.Is(err, ledger.ErrNotFound) {
@@ -612,14 +613,14 @@ func (l *Lender) Destroy(ctx context.Context, id string) error {
 }
 
 // Computers lists the running computers.
-func (l *Lender) Computers() []Computer {
+func (l *Lender) Computers() []lending.Computer {
 	l.mu.Lock()
 	cs := make([]*computer, 0, len(l.running))
 	for _, c := range l.running {
 		cs = append(cs, c)
 	}
 	l.mu.Unlock()
-	out := make([]Computer, 0, len(cs))
+	out := make([]lending.Computer, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, l.view(c))
 	}
@@ -627,12 +628,12 @@ func (l *Lender) Computers() []Computer {
 	return out
 }
 
-func sortComputers(cs []Computer) {
-	slices.SortFunc(cs, func(a, b Computer) int { return strings.Compare(a.ComputerID, b.ComputerID) })
+func sortComputers(cs []lending.Computer) {
+	slices.SortFunc(cs, func(a, b lending.Computer) int { return strings.Compare(a.ComputerID, b.ComputerID) })
 }
 
-func (l *Lender) view(c *computer) Computer {
-	return Computer{
+func (l *Lender) view(c *computer) lending.Computer {
+	return lending.Computer{
 		ComputerID: c.s.ComputerID,
 		MachineID:  c.s.MachineID,
 		Labels: map[string]string{
@@ -649,11 +650,11 @@ func (l *Lender) view(c *computer) Computer {
 }
 
 // State returns what the lender runs.
-func (l *Lender) State() State {
+func (l *Lender) State() lending.State {
 	l.mu.Lock()
-	lending := l.settings.Lending
+	on := l.settings.Lending
 	l.mu.Unlock()
-	return State{AgentID: l.cfg.AgentID, Version: l.cfg.Version, Lending: lending, Computers: l.Computers()}
+	return lending.State{AgentID: l.cfg.AgentID, Version: l.cfg.Version, Lending: on, Computers: l.Computers()}
 }
 
 // computerOf returns the computer id of a running computer named by its
@@ -680,7 +681,7 @@ func (l *Lender) lookup(id string) (*computer, error) {
 	defer l.mu.Unlock()
 	c := l.running[id]
 	if c == nil {
-		return nil, errorf(http.StatusNotFound, CodeNotFound, "computer %q does not run on this machine", id)
+		return nil, errorf(http.StatusNotFound, lending.CodeNotFound, "computer %q does not run on this machine", id)
 	}
 	return c, nil
 }

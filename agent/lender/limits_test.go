@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/lending"
 )
 
 // TestOwnerLimits checks that every owner limit refuses a start with its
@@ -18,29 +19,29 @@ func TestOwnerLimits(t *testing.T) {
 	cases := []struct {
 		name    string
 		set     func(*control.Settings)
-		req     func(*CreateRequest)
+		req     func(*lending.CreateRequest)
 		prepare func(r *rig)
 		code    string
 		status  int
 		message string
 	}{
 		{name: "paused", set: func(s *control.Settings) { s.Lending = false },
-			code: CodePaused, status: http.StatusServiceUnavailable, message: "lending is paused by the machine's owner"},
+			code: lending.CodePaused, status: http.StatusServiceUnavailable, message: "lending is paused by the machine's owner"},
 		{name: "hours", set: func(s *control.Settings) { s.Hours = control.Hours{From: "18:00", To: "23:00"} },
-			code: CodeHours, status: 422, message: "from 18:00 to 23:00 (every day, Europe/Berlin); it is Mon 10:00 there now"},
+			code: lending.CodeHours, status: 422, message: "from 18:00 to 23:00 (every day, Europe/Berlin); it is Mon 10:00 there now"},
 		{name: "weekdays", set: func(s *control.Settings) {
 			s.Hours = control.Hours{From: "08:00", To: "18:00", Days: []string{"sat", "sun"}}
 		},
-			code: CodeHours, status: 422, message: "from 08:00 to 18:00 (sat, sun, Europe/Berlin)"},
-		{name: "desktop", set: func(s *control.Settings) { s.Desktop = false }, req: func(c *CreateRequest) { c.Image = "desktop" },
-			code: CodeDesktop, status: 422, message: "allows no desktop computers"},
-		{name: "cpu", set: func(s *control.Settings) { s.CPUs = 1 }, req: func(c *CreateRequest) { c.CPUs = 2 },
-			code: CodeCPU, status: 422, message: "cpus: 2 asked, the owner allows at most 1 per computer"},
-		{name: "memory", req: func(c *CreateRequest) { c.MemoryMB = 4096 },
-			code: CodeMemory, status: 422, message: "memoryMB: 4096 asked, the owner allows at most 256 MB per computer"},
+			code: lending.CodeHours, status: 422, message: "from 08:00 to 18:00 (sat, sun, Europe/Berlin)"},
+		{name: "desktop", set: func(s *control.Settings) { s.Desktop = false }, req: func(c *lending.CreateRequest) { c.Image = "desktop" },
+			code: lending.CodeDesktop, status: 422, message: "allows no desktop computers"},
+		{name: "cpu", set: func(s *control.Settings) { s.CPUs = 1 }, req: func(c *lending.CreateRequest) { c.CPUs = 2 },
+			code: lending.CodeCPU, status: 422, message: "cpus: 2 asked, the owner allows at most 1 per computer"},
+		{name: "memory", req: func(c *lending.CreateRequest) { c.MemoryMB = 4096 },
+			code: lending.CodeMemory, status: 422, message: "memoryMB: 4096 asked, the owner allows at most 256 MB per computer"},
 		{name: "count", set: func(s *control.Settings) { s.MaxComputers = 1 },
 			prepare: func(r *rig) { r.l.starting["other"] = reservation{lease: time.Minute, day: "2026-11-30"} },
-			code:    CodeTooMany, status: 422, message: "at most 1 computers at once on this machine; 1 are running or starting"},
+			code:    lending.CodeTooMany, status: 422, message: "at most 1 computers at once on this machine; 1 are running or starting"},
 		{name: "budget", set: func(s *control.Settings) { s.DailySeconds = 3600 },
 			prepare: func(r *rig) {
 				// 3000 s lent earlier today (Berlin time) leave 600 s, less than the lease.
@@ -53,7 +54,7 @@ func TestOwnerLimits(t *testing.T) {
 				}
 				r.led.End(ctx, "old", start.Add(3000*time.Second), "stopped")
 			},
-			code: CodeBudget, status: 422, message: "daily lending budget: 600 s of 3600 s left today (2026-11-30), this session needs 900 s"},
+			code: lending.CodeBudget, status: 422, message: "daily lending budget: 600 s of 3600 s left today (2026-11-30), this session needs 900 s"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +68,7 @@ func TestOwnerLimits(t *testing.T) {
 				tc.req(&req)
 			}
 			_, err := r.l.Create(testContext(t, 30*time.Second), req)
-			var e *Error
+			var e *lending.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("create: %v, want a refusal %s", err, tc.code)
 			}
@@ -115,15 +116,15 @@ func TestApprovalTimesOut(t *testing.T) {
 	}
 	r.clk.Advance(time.Second)
 	err := <-errc
-	var e *Error
-	if !errors.As(err, &e) || e.Code != CodeApprovalTimeout || e.Status != http.StatusServiceUnavailable ||
+	var e *lending.Error
+	if !errors.As(err, &e) || e.Code != lending.CodeApprovalTimeout || e.Status != http.StatusServiceUnavailable ||
 		!strings.Contains(e.Message, "did not approve the session within 60 s") {
 		t.Fatalf("after the deadline: %v", err)
 	}
 	if as := r.l.Approvals(); len(as) != 0 {
 		t.Fatalf("approvals left: %+v", as)
 	}
-	if _, err := r.l.Decide(a.ID, true); !errors.As(err, &e) || e.Code != CodeNotFound {
+	if _, err := r.l.Decide(a.ID, true); !errors.As(err, &e) || e.Code != lending.CodeNotFound {
 		t.Fatalf("approve after timeout: %v", err)
 	}
 
@@ -133,7 +134,7 @@ func TestApprovalTimesOut(t *testing.T) {
 	if d, err := r.l.Decide(a.ID, false); err != nil || d.State != control.ApprovalDenied {
 		t.Fatalf("deny: %+v %v", d, err)
 	}
-	if err := <-errc; !errors.As(err, &e) || e.Code != CodeDenied || e.Status != http.StatusForbidden {
+	if err := <-errc; !errors.As(err, &e) || e.Code != lending.CodeDenied || e.Status != http.StatusForbidden {
 		t.Fatalf("denied start: %v", err)
 	}
 	// The slot held while waiting is free again.
@@ -166,7 +167,7 @@ func TestSettingsCheckedAndKept(t *testing.T) {
 	before := r.l.Settings()
 	for _, b := range bad {
 		_, err := r.l.UpdateSettings(b.u)
-		var e *Error
+		var e *lending.Error
 		if !errors.As(err, &e) || e.Status != http.StatusBadRequest || !strings.Contains(e.Message, b.want) {
 			t.Errorf("update %+v: %v, want 400 %q", b.u, err, b.want)
 		}

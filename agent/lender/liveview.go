@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -17,7 +17,7 @@ import (
 // agent opens that port to its computers in the host firewall. The owner
 // watches through the supervisor's viewer page too: each desktop session
 // of the control API carries an owner link, which the agent derives from
-// the computer's token as it passes through (control.OwnerViewKey).
+// the computer's token as it passes through (lending.OwnerViewKey).
 
 // Variables the supervisor names its TURN relay in.
 const (
@@ -32,7 +32,7 @@ const (
 // (with Config.ForwardTURN). The port computers use is opened to them in
 // the host firewall. A failure leaves the computer without live view, not
 // without a start.
-func (l *Lender) liveViewEnv(ctx context.Context, r CreateRequest, env map[string]string) map[string]string {
+func (l *Lender) liveViewEnv(ctx context.Context, r lending.CreateRequest, env map[string]string) map[string]string {
 	if r.Image != providers.ImageDesktop || env[envTURNPort] == "" {
 		return env
 	}
@@ -73,5 +73,5 @@ func (l *Lender) viewURL(c *computer) string {
 	if tok == "" {
 		return ""
 	}
-	return base + "/view/" + url.PathEscape(c.s.SessionID) + "/owner?key=" + control.OwnerViewKey(tok, c.s.SessionID)
+	return base + "/view/" + url.PathEscape(c.s.SessionID) + "/owner?key=" + lending.OwnerViewKey(tok, c.s.SessionID)
 }

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -39,7 +40,7 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	bad, _ := request("agent-b")
 	bad.Image, bad.Env = providers.ImageDesktop, map[string]string{"TURN_PORT": "70000"}
 	destroyAll(t, desk.ComputerID, head.ComputerID, bad.ComputerID)
-	for _, req := range []CreateRequest{desk, head, bad} {
+	for _, req := range []lending.CreateRequest{desk, head, bad} {
 		if _, err := r.l.Create(ctx, req); err != nil {
 			t.Fatalf("create %s: %v", req.Image, err)
 		}
@@ -65,8 +66,8 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	}
 	srv := httptest.NewServer(r.l.Handler())
 	defer srv.Close()
-	waitHealthy(t, ctx, computerd.NewClient(srv.URL+EndpointPath(desk.ComputerID), tok))
-	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + control.OwnerViewKey(tok, desk.SessionID)
+	waitHealthy(t, ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok))
+	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + lending.OwnerViewKey(tok, desk.SessionID)
 	if u := viewURL(desk.ComputerID); u != want {
 		t.Errorf("viewUrl %q, want %q", u, want)
 	}

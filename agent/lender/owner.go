@@ -12,6 +12,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -165,7 +166,7 @@ func (l *Lender) Screenshot(ctx context.Context, id string) ([]byte, string, err
 	tok := c.token
 	c.mu.Unlock()
 	if tok == "" {
-		return nil, "", errorf(http.StatusNotFound, CodeNoScreenshot,
+		return nil, "", errorf(http.StatusNotFound, lending.CodeNoScreenshot,
 			"no screenshot of computer %s yet: the agent can ask its computer only after the supervisor's first call has passed through", c.s.ComputerID)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(c.endpoint, "/")+ScreenshotPath, nil)
@@ -175,18 +176,18 @@ func (l *Lender) Screenshot(ctx context.Context, id string) ([]byte, string, err
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := (&http.Client{Transport: l.transport, Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		return nil, "", errorf(http.StatusServiceUnavailable, CodeUnavailable, "computer %s did not answer", c.s.ComputerID)
+		return nil, "", errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "computer %s did not answer", c.s.ComputerID)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, "", errorf(http.StatusNotFound, CodeNoScreenshot, "computer %s has no screenshot endpoint (a %s computer has no screen)", c.s.ComputerID, c.s.Image)
+		return nil, "", errorf(http.StatusNotFound, lending.CodeNoScreenshot, "computer %s has no screenshot endpoint (a %s computer has no screen)", c.s.ComputerID, c.s.Image)
 	case resp.StatusCode != http.StatusOK:
-		return nil, "", errorf(http.StatusBadGateway, CodeUnavailable, "computer %s answered %d to a screenshot", c.s.ComputerID, resp.StatusCode)
+		return nil, "", errorf(http.StatusBadGateway, lending.CodeUnavailable, "computer %s answered %d to a screenshot", c.s.ComputerID, resp.StatusCode)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, "", errorf(http.StatusBadGateway, CodeUnavailable, "screenshot of %s cut short", c.s.ComputerID)
+		return nil, "", errorf(http.StatusBadGateway, lending.CodeUnavailable, "screenshot of %s cut short", c.s.ComputerID)
 	}
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {

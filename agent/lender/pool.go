@@ -10,8 +10,9 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -129,7 +130,7 @@ func (l *Lender) PoolStatus() control.PoolStatus {
 
 // launch starts the computer for r: from the pool when it holds one
 // (headless only), or cold.
-func (l *Lender) launch(ctx context.Context, r CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
+func (l *Lender) launch(ctx context.Context, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
 	if r.Image == providers.ImageHeadless {
 		if m := l.claim(); m != nil {
 			c, err := l.bind(ctx, m, r, day, now, lease)
@@ -165,7 +166,7 @@ func (l *Lender) claim() *pooled {
 
 // bind records the session and binds the claimed computer m to it. On
 // failure m is removed and the session forgotten.
-func (l *Lender) bind(ctx context.Context, m *pooled, r CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
+func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
 	ls := ledger.Session{
 		ComputerID: r.ComputerID, SessionID: r.SessionID, AttemptID: r.AttemptID, Agent: r.Agent,
 		Workspace: r.Workspace, Image: r.Image, Deployment: r.Deployment, TokenHash: r.TokenHash,
@@ -222,7 +223,7 @@ func (l *Lender) makeRoom(ctx context.Context) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return errorf(http.StatusServiceUnavailable, CodeUnavailable, "the request ended while the warm pool made room")
+			return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the request ended while the warm pool made room")
 		case <-l.done:
 			return ErrClosed
 		}

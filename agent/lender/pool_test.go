@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -78,7 +79,7 @@ func waiting(t testing.TB, r *rig) []string {
 	t.Helper()
 	var out []string
 	for _, name := range containers(t, r.agent, true) {
-		if !slices.ContainsFunc(r.l.Computers(), func(c Computer) bool { return c.MachineID == name }) {
+		if !slices.ContainsFunc(r.l.Computers(), func(c lending.Computer) bool { return c.MachineID == name }) {
 			out = append(out, name)
 		}
 	}
@@ -192,8 +193,8 @@ func TestWarmPool(t *testing.T) {
 	}
 	// A claim still passes the owner's limits.
 	req4, _ := request("pooled")
-	var le *Error
-	if _, err := r.l.Create(ctx, req4); !errors.As(err, &le) || le.Code != CodeTooMany {
+	var le *lending.Error
+	if _, err := r.l.Create(ctx, req4); !errors.As(err, &le) || le.Code != lending.CodeTooMany {
 		t.Fatalf("a fourth computer: %v", err)
 	}
 	for _, id := range []string{req.ComputerID, req2.ComputerID, req3.ComputerID} {
@@ -302,7 +303,7 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 		}
 	}()
 	type result struct {
-		c   Computer
+		c   lending.Computer
 		err error
 	}
 	results := make(chan result, 6)
@@ -314,15 +315,15 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 			results <- result{c, err}
 		}()
 	}
-	var ran []Computer
+	var ran []lending.Computer
 	refused := 0
 	for range 6 {
 		res := <-results
-		var le *Error
+		var le *lending.Error
 		switch {
 		case res.err == nil:
 			ran = append(ran, res.c)
-		case errors.As(res.err, &le) && le.Code == CodeTooMany:
+		case errors.As(res.err, &le) && le.Code == lending.CodeTooMany:
 			refused++
 		default:
 			t.Errorf("start: %v", res.err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -225,7 +226,7 @@ func (l *Lender) ResolveCleanup(ctx context.Context, id string, remove bool) (co
 	i := slices.IndexFunc(l.prompts, func(p *control.CleanupPrompt) bool { return p.ID == id })
 	if i < 0 {
 		l.mu.Unlock()
-		return control.CleanupPrompt{}, errorf(http.StatusNotFound, CodeNotFound, "no cleanup prompt %q", id)
+		return control.CleanupPrompt{}, errorf(http.StatusNotFound, lending.CodeNotFound, "no cleanup prompt %q", id)
 	}
 	p := *l.prompts[i]
 	l.mu.Unlock()
@@ -235,7 +236,7 @@ func (l *Lender) ResolveCleanup(ctx context.Context, id string, remove bool) (co
 			if p.Kind != control.KindContainer && strings.Contains(msg, "in use") {
 				msg += " (remove its container first)"
 			}
-			return p, errorf(http.StatusConflict, CodeConflict, "%s", msg)
+			return p, errorf(http.StatusConflict, lending.CodeConflict, "%s", msg)
 		}
 		p.State = control.CleanupRemoved
 	} else {

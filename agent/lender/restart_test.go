@@ -13,8 +13,9 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -39,11 +40,11 @@ func TestLendAndRestart(t *testing.T) {
 	srv := httptest.NewServer(r.l.Handler())
 	defer srv.Close()
 	body, _ := json.Marshal(req)
-	resp, err := http.Post(srv.URL+PathComputers, "application/json", strings.NewReader(string(body)))
+	resp, err := http.Post(srv.URL+lending.PathComputers, "application/json", strings.NewReader(string(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c Computer
+	var c lending.Computer
 	json.NewDecoder(resp.Body).Decode(&c)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated || c.MachineID != docker.ContainerPrefix+req.ComputerID ||
@@ -54,7 +55,7 @@ func TestLendAndRestart(t *testing.T) {
 	if out, _ := exec.Command("docker", "inspect", "-f", `{{index .Config.Labels "dev.berth.deployment"}}`, c.MachineID).Output(); strings.TrimSpace(string(out)) != Deployment("cp_restart") {
 		t.Fatalf("container deployment label %q", out)
 	}
-	cd := computerd.NewClient(srv.URL+EndpointPath(req.ComputerID), tok)
+	cd := computerd.NewClient(srv.URL+lending.EndpointPath(req.ComputerID), tok)
 	waitHealthy(t, ctx, cd)
 	res, err := cd.Exec(ctx, computerd.ExecRequest{Command: "echo lent", TimeoutMs: 10000})
 	if err != nil || strings.TrimSpace(res.Stdout) != "lent" {
@@ -144,7 +145,7 @@ func TestLendAndRestart(t *testing.T) {
 	// The adopted computer still answers, with the same token.
 	srv2 := httptest.NewServer(r2.l.Handler())
 	defer srv2.Close()
-	cd2 := computerd.NewClient(srv2.URL+EndpointPath(req.ComputerID), tok)
+	cd2 := computerd.NewClient(srv2.URL+lending.EndpointPath(req.ComputerID), tok)
 	if res, err := cd2.Exec(ctx, computerd.ExecRequest{Command: "echo still", TimeoutMs: 10000}); err != nil || strings.TrimSpace(res.Stdout) != "still" {
 		t.Fatalf("exec after adoption: %+v %v", res, err)
 	}

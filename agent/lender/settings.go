@@ -14,6 +14,7 @@ import (
 	_ "time/tzdata" // owners name any IANA zone, whatever the machine has installed
 
 	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/lending"
 )
 
 // SettingsFile is where the owner's limits are kept in the data folder.
@@ -23,10 +24,6 @@ const SettingsFile = "settings.json"
 const (
 	MinComputers          = 1
 	MaxComputers          = 64
-	MinCPUs               = 0.1
-	MaxCPUs               = 64
-	MinMemoryMB           = 256
-	MaxMemoryMB           = 65536
 	MinDailySeconds       = 60
 	MaxDailySeconds       = 86400
 	MinApprovalTimeoutSec = 10
@@ -57,10 +54,10 @@ func CheckSettings(s control.Settings) error {
 	switch {
 	case s.MaxComputers < MinComputers || s.MaxComputers > MaxComputers:
 		return fmt.Errorf("maxComputers: %d is outside %d..%d", s.MaxComputers, MinComputers, MaxComputers)
-	case math.IsNaN(s.CPUs) || s.CPUs < MinCPUs || s.CPUs > MaxCPUs:
-		return fmt.Errorf("cpus: %g is outside %g..%d", s.CPUs, MinCPUs, MaxCPUs)
-	case s.MemoryMB < MinMemoryMB || s.MemoryMB > MaxMemoryMB:
-		return fmt.Errorf("memoryMB: %d is outside %d..%d", s.MemoryMB, MinMemoryMB, MaxMemoryMB)
+	case math.IsNaN(s.CPUs) || s.CPUs < lending.MinCPUs || s.CPUs > lending.MaxCPUs:
+		return fmt.Errorf("cpus: %g is outside %g..%d", s.CPUs, lending.MinCPUs, lending.MaxCPUs)
+	case s.MemoryMB < lending.MinMemoryMB || s.MemoryMB > lending.MaxMemoryMB:
+		return fmt.Errorf("memoryMB: %d is outside %d..%d", s.MemoryMB, lending.MinMemoryMB, lending.MaxMemoryMB)
 	case s.DailySeconds < MinDailySeconds || s.DailySeconds > MaxDailySeconds:
 		return fmt.Errorf("dailySeconds: %d is outside %d..%d", s.DailySeconds, MinDailySeconds, MaxDailySeconds)
 	case s.ApprovalTimeoutSeconds < MinApprovalTimeoutSec || s.ApprovalTimeoutSeconds > MaxApprovalTimeoutSec:

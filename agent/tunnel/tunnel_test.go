@@ -21,7 +21,7 @@ import (
 	"github.com/moby/moby/client"
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	ptunnel "github.com/berthdev/berth/providers/tunnel"

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/berthdev/berth/agent/credstore"
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 )
 
 // Paired is the outcome of a pairing: the machine's agent id at the

@@ -26,9 +26,10 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -127,7 +128,7 @@ func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender
 		led.Close()
 	})
 	tok := "token-" + id
-	_, err = l.Create(ctx, lender.CreateRequest{
+	_, err = l.Create(ctx, lending.CreateRequest{
 		ComputerID: id, SessionID: "s_" + id, AttemptID: "a_" + id, Deployment: "window-test",
 		Agent: "researcher", Workspace: "lab", Image: kind, TokenHash: token.Hash(tok), LeaseSeconds: 600,
 	})
@@ -139,7 +140,7 @@ func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender
 		// supervisor's first call: make one, as the supervisor would.
 		srv := httptest.NewServer(l.Handler())
 		t.Cleanup(srv.Close)
-		cd := computerd.NewClient(srv.URL+lender.EndpointPath(id), tok)
+		cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
 		for {
 			if _, err := cd.Processes(ctx); err == nil {
 				break

@@ -16,13 +16,13 @@ import (
 
 	"github.com/berthdev/berth/agent/credstore"
 	"github.com/berthdev/berth/app/agentlink"
+	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
-	"github.com/berthdev/berth/supervisor/client"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 

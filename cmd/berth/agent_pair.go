@@ -9,8 +9,8 @@ import (
 
 	"github.com/berthdev/berth/agent/credstore"
 	"github.com/berthdev/berth/app/agentlink"
+	"github.com/berthdev/berth/client"
 	"github.com/berthdev/berth/relay/relayclient"
-	"github.com/berthdev/berth/supervisor/client"
 )
 
 func init() { addSubcommand("agent", newAgentPairCmd) }

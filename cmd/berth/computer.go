@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 )
 
 func init() { addCommand(newComputerCmd) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 )
 
 func init() { addSubcommand("computer", newComputerViewCmd) }

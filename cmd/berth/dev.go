@@ -11,10 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/providers"
 	_ "github.com/berthdev/berth/providers/standard"
 	"github.com/berthdev/berth/supervisor/daemon"
-	"github.com/berthdev/berth/supervisor/egress"
 )
 
 func init() {

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 	"github.com/berthdev/berth/supervisor/mcpserver"
 )
 

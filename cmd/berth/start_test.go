@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	sup "github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
-	"github.com/berthdev/berth/supervisor/client"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 

@@ -14,14 +14,14 @@ BenchmarkWarmStart-2   	      50	 825498674 ns/op	       216.9 bare-create+start
 --- BENCH: BenchmarkWarmStart-2
     e2e_test.go:119: time=... level=INFO msg=started
 BenchmarkLiveViewLatency-2      	      10	        66.70 base-frame-interval-ms	        80.10 latency-median-ms	       149.0 latency-p90-ms	         1.201 ratio
-pkg: github.com/berthdev/berth/supervisor/egress
+pkg: github.com/berthdev/berth/egress
 BenchmarkProxyVsDirect/body=1KiB-2   	    5000	         0 ns/op	     81000 direct-ns/op	        84.00 p50-added-µs	    165000 proxy-ns/op	         2.04 ratio
 BenchmarkConnect1GiB-2   	       1	  1000 ns/op	      2169 direct-MB/s	       985.0 proxy-MB/s	         0.45 ratio
 pkg: github.com/berthdev/berth/supervisor/store/sqlstore
 BenchmarkLiveSession/sqlite-2   	   10000	     88000 ns/op
 pkg: github.com/berthdev/berth/supervisor/api
 BenchmarkExecCalls/postgres-2   	    4000	    157134 ns/op	      6360 calls/s	         0.088 direct-p99-ms	         0.968 overhead-p99-ms	         0.152 p50-ms	         1.06 p99-ms
-pkg: github.com/berthdev/berth/supervisor/egress
+pkg: github.com/berthdev/berth/egress
 BenchmarkConnectThroughput-2   	      20	  22643614 ns/op	 740.93 MB/s	      2232 direct-MB/s	      1109 proxy-MB/s	         0.497 ratio
 --- FAIL: BenchmarkFiles
     bench_test.go:344: POST write_file: status 422, want 200

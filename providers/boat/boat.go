@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/httpapi"
 )

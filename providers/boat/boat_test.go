@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/providertest"
 )
 
 func TestMain(m *testing.M) {

@@ -9,11 +9,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/conformance/browsertest"
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
-	"github.com/berthdev/berth/providers/providertest"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/client"
 )
 
 func TestMain(m *testing.M) {

@@ -3,7 +3,7 @@ package browseruse
 import (
 	"testing"
 
-	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
+	"github.com/berthdev/berth/conformance/browsertest"
 )
 
 // BenchmarkCycle times one browser session's whole life through the

@@ -3,7 +3,7 @@ package browseruse
 import (
 	"testing"
 
-	"github.com/berthdev/berth/providers/internal/hostedtest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 // TestDescribed checks what `berth providers` shows for the provider: a

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/providers/internal/browsersession/browsertest"
+	"github.com/berthdev/berth/conformance/browsertest"
 )
 
 type fakeBrowserUse struct {

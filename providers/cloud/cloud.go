@@ -28,10 +28,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/httpapi"
-	"github.com/berthdev/berth/supervisor/client"
 )
 
 // ID is the provider id.

@@ -12,15 +12,15 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/cloud"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/providers/internal/fakeapi"
-	"github.com/berthdev/berth/providers/providertest"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )

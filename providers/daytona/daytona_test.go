@@ -10,13 +10,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/conformance/hostedtest"
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/daytona"
 	"github.com/berthdev/berth/providers/daytona/daytonafake"
-	"github.com/berthdev/berth/providers/internal/hostedtest"
-	"github.com/berthdev/berth/providers/providertest"
 )
 
 func TestMain(m *testing.M) {

@@ -28,7 +28,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 )
 

@@ -3,7 +3,7 @@ package e2b_test
 import (
 	"testing"
 
-	"github.com/berthdev/berth/providers/providertest"
+	"github.com/berthdev/berth/conformance/providertest"
 )
 
 // BenchmarkCycle times start, exec and stop through the supervisor on the

@@ -24,7 +24,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/hosted"
 	"github.com/berthdev/berth/providers/internal/httpapi"

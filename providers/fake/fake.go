@@ -19,8 +19,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
-	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/server"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 )

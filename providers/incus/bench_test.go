@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/providers/internal/hostedtest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 // BenchmarkCycle times one computer's whole life through the provider

@@ -37,8 +37,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
-	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/server"
 )
 
 type fakeIncus struct {

@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/providertest"
 )
 
 func TestMain(m *testing.M) {

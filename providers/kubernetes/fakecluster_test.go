@@ -32,8 +32,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/berthdev/berth/images/computerd"
-	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/server"
 )
 
 type fakeCluster struct {

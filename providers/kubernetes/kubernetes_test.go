@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/providertest"
 )
 
 func TestMain(m *testing.M) {

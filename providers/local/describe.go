@@ -3,7 +3,7 @@ package local
 import (
 	"strconv"
 
-	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -19,8 +19,8 @@ func (*Local) Describe() providers.Description {
 		Settings: []providers.Setting{
 			{Name: SettingRelayURL, Required: true, Help: "the relay's internal API, http(s)://HOST:PORT (not needed under berth dev)"},
 			{Name: SettingRelayToken, Required: true, Secret: true, Help: "the token the relay's internal API shares, at least 16 characters (not needed under berth dev)"},
-			{Name: SettingCPUs, Help: "CPUs asked for each lent computer, " + strconv.FormatFloat(lender.MinCPUs, 'g', -1, 64) + " to " + strconv.Itoa(lender.MaxCPUs) + " (the owner's setting when empty)"},
-			{Name: SettingMemoryMB, Help: "memory asked for each lent computer, " + strconv.FormatInt(lender.MinMemoryMB, 10) + " to " + strconv.FormatInt(lender.MaxMemoryMB, 10) + " MB (the owner's setting when empty)"},
+			{Name: SettingCPUs, Help: "CPUs asked for each lent computer, " + strconv.FormatFloat(lending.MinCPUs, 'g', -1, 64) + " to " + strconv.Itoa(lending.MaxCPUs) + " (the owner's setting when empty)"},
+			{Name: SettingMemoryMB, Help: "memory asked for each lent computer, " + strconv.FormatInt(lending.MinMemoryMB, 10) + " to " + strconv.FormatInt(lending.MaxMemoryMB, 10) + " MB (the owner's setting when empty)"},
 		},
 		Credentials: []providers.Setting{
 			{Name: CredLender, Help: "the lender's companion agent id (cp_...), as `berth agent pair` printed it; optional while one lender is connected"},

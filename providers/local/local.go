@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/relay/relayserver"
 )
@@ -98,15 +98,15 @@ func FromConfig(cfg providers.Config, r Relay) (*Local, error) {
 	o := Options{Relay: r, Logger: cfg.Logger}
 	if v := cfg.Get(SettingCPUs, ""); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f >= lender.MinCPUs && f <= lender.MaxCPUs) {
-			return nil, fmt.Errorf("%s=%q: want %g to %d CPUs", SettingCPUs, v, lender.MinCPUs, lender.MaxCPUs)
+		if err != nil || !(f >= lending.MinCPUs && f <= lending.MaxCPUs) {
+			return nil, fmt.Errorf("%s=%q: want %g to %d CPUs", SettingCPUs, v, lending.MinCPUs, lending.MaxCPUs)
 		}
 		o.CPUs = f
 	}
 	if v := cfg.Get(SettingMemoryMB, ""); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < lender.MinMemoryMB || n > lender.MaxMemoryMB {
-			return nil, fmt.Errorf("%s=%q: want %d to %d megabytes", SettingMemoryMB, v, lender.MinMemoryMB, lender.MaxMemoryMB)
+		if err != nil || n < lending.MinMemoryMB || n > lending.MaxMemoryMB {
+			return nil, fmt.Errorf("%s=%q: want %d to %d megabytes", SettingMemoryMB, v, lending.MinMemoryMB, lending.MaxMemoryMB)
 		}
 		o.MemoryMB = n
 	}
@@ -225,7 +225,7 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if err := l.offline(ctx, id); err != nil {
 		return providers.Machine{}, err
 	}
-	req := lender.CreateRequest{
+	req := lending.CreateRequest{
 		ComputerID: spec.ComputerID, SessionID: spec.SessionID, AttemptID: spec.AttemptID,
 		Deployment: spec.Deployment, Agent: spec.AgentID, Image: spec.Image, TokenHash: spec.TokenHash,
 		Env: spec.Env, LeaseSeconds: int(spec.Lease / time.Second), CPUs: l.o.CPUs, MemoryMB: l.o.MemoryMB,
@@ -241,7 +241,7 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	}
 	ctx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lender"+lender.PathComputers, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lender"+lending.PathComputers, bytes.NewReader(body))
 	if err != nil {
 		return providers.Machine{}, err
 	}
@@ -258,13 +258,13 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if resp.StatusCode != http.StatusCreated {
 		return providers.Machine{}, l.lenderError(id, spec.ComputerID, resp)
 	}
-	var c lender.Computer
+	var c lending.Computer
 	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s on lender %s: %w: answer: %v", spec.ComputerID, id, providers.ErrUnavailable, err)
 	}
 	m := providers.Machine{
 		ID:       MachineID(id, c.MachineID),
-		Endpoint: "http://lender" + lender.EndpointPath(c.ComputerID),
+		Endpoint: "http://lender" + lending.EndpointPath(c.ComputerID),
 		Labels:   c.Labels,
 	}
 	l.log.Info("computer started on a lent machine", "computer", spec.ComputerID, "lender", id, "machine", m.ID)
@@ -273,14 +273,14 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 
 // lenderError turns an error answer of the lender into the provider's.
 func (l *Local) lenderError(id, computerID string, resp *http.Response) error {
-	e, ok := lender.ReadError(resp)
+	e, ok := lending.ReadError(resp)
 	if !ok {
 		return fmt.Errorf("create computer %s on lender %s: %w: answer %d", computerID, id, providers.ErrUnavailable, resp.StatusCode)
 	}
 	switch e.Code {
-	case lender.CodeBadImage:
+	case lending.CodeBadImage:
 		return fmt.Errorf("lender %s: %w: %s", id, providers.ErrBadImage, e.Message)
-	case lender.CodeConflict, lender.CodeInternal:
+	case lending.CodeConflict, lending.CodeInternal:
 		return fmt.Errorf("lender %s: %w: %s", id, providers.ErrUnavailable, e.Message)
 	}
 	status := e.Status
@@ -310,7 +310,7 @@ func (l *Local) Destroy(ctx context.Context, machineID string) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://lender"+lender.PathComputers+"/"+container, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://lender"+lending.PathComputers+"/"+container, nil)
 	if err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func (l *Local) Destroy(ctx context.Context, machineID string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		e, _ := lender.ReadError(resp)
+		e, _ := lending.ReadError(resp)
 		return fmt.Errorf("destroy %s: %w: lender answered %d: %s", machineID, providers.ErrUnavailable, resp.StatusCode, e.Message)
 	}
 	return nil
@@ -339,7 +339,7 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	if err := l.offline(ctx, id); err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lender"+lender.PathComputers, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lender"+lending.PathComputers, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -349,10 +349,10 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		e, _ := lender.ReadError(resp)
+		e, _ := lending.ReadError(resp)
 		return nil, fmt.Errorf("list lender %s: %w: answer %d: %s", id, providers.ErrUnavailable, resp.StatusCode, e.Message)
 	}
-	var cs []lender.Computer
+	var cs []lending.Computer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&cs); err != nil {
 		return nil, fmt.Errorf("list lender %s: %w: %v", id, providers.ErrUnavailable, err)
 	}
@@ -360,7 +360,7 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	for _, c := range cs {
 		out = append(out, providers.Machine{
 			ID:       MachineID(id, c.MachineID),
-			Endpoint: "http://lender" + lender.EndpointPath(c.ComputerID),
+			Endpoint: "http://lender" + lending.EndpointPath(c.ComputerID),
 			Labels:   c.Labels,
 		})
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
@@ -173,7 +174,7 @@ func TestErrors(t *testing.T) {
 
 			_, stop := w.agent("cp_big_"+r.name, nil, nil)
 			_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_big_" + r.name}))
-			wantRefused(t, err, 422, lender.CodeMemory, "memoryMB: 4096 asked, the owner allows at most 256 MB per computer")
+			wantRefused(t, err, 422, lending.CodeMemory, "memoryMB: 4096 asked, the owner allows at most 256 MB per computer")
 			stop()
 			_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_big_" + r.name}))
 			wantRefused(t, err, 503, CodeAgentOffline, "its link to the relay dropped; last seen 20")
@@ -189,13 +190,13 @@ func TestErrors(t *testing.T) {
 
 	_, _ = w.agent("cp_paused", nil, func(s *control.Settings) { s.Lending = false })
 	_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_paused"}))
-	wantRefused(t, err, 503, lender.CodePaused, "lender cp_paused: lending is paused by the machine's owner")
+	wantRefused(t, err, 503, lending.CodePaused, "lender cp_paused: lending is paused by the machine's owner")
 
 	_, _ = w.agent("cp_nodesk", nil, func(s *control.Settings) { s.Desktop = false })
 	sp := spec(map[string]string{CredLender: "cp_nodesk"})
 	sp.Image = providers.ImageDesktop
 	_, err = p.Create(ctx, sp)
-	wantRefused(t, err, 422, lender.CodeDesktop, "allows no desktop computers")
+	wantRefused(t, err, 422, lending.CodeDesktop, "allows no desktop computers")
 
 	clk := clock.NewFake(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	la, _ := w.agent("cp_asks", clk, func(s *control.Settings) { s.Approval, s.ApprovalTimeoutSeconds = true, 60 })
@@ -211,10 +212,10 @@ func TestErrors(t *testing.T) {
 	}
 	go func() { _, err := p.Create(ctx, spec(map[string]string{CredLender: "cp_asks"})); errc <- err }()
 	decide(func(a control.Approval) { la.Decide(a.ID, false) })
-	wantRefused(t, <-errc, 403, lender.CodeDenied, "the machine's owner denied the session")
+	wantRefused(t, <-errc, 403, lending.CodeDenied, "the machine's owner denied the session")
 	go func() { _, err := p.Create(ctx, spec(map[string]string{CredLender: "cp_asks"})); errc <- err }()
 	decide(func(control.Approval) { clk.Advance(time.Minute) })
-	wantRefused(t, <-errc, 503, lender.CodeApprovalTimeout, "did not approve the session within 60 s")
+	wantRefused(t, <-errc, 503, lending.CodeApprovalTimeout, "did not approve the session within 60 s")
 
 	// Listing: an offline lender is an error, an online one lists what it runs.
 	if _, err := p.List(providers.WithCredentials(ctx, map[string]string{CredLender: "cp_ghost"})); err == nil {

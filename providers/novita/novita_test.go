@@ -8,12 +8,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/conformance/hostedtest"
+	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
 	"github.com/berthdev/berth/providers/e2b/e2bfake"
-	"github.com/berthdev/berth/providers/internal/hostedtest"
 	"github.com/berthdev/berth/providers/novita"
-	"github.com/berthdev/berth/providers/providertest"
 )
 
 func TestMain(m *testing.M) {

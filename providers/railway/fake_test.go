@@ -35,7 +35,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 )

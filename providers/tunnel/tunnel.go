@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 )
 

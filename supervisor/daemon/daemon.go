@@ -24,6 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/egress"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -32,9 +34,7 @@ import (
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/api"
-	"github.com/berthdev/berth/supervisor/egress"
 	"github.com/berthdev/berth/supervisor/liveview"
-	"github.com/berthdev/berth/supervisor/secrets"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )

@@ -11,13 +11,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/computerd/desktop"
+	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor/api"
 	"github.com/berthdev/berth/supervisor/liveview"
-	"github.com/berthdev/berth/supervisor/secrets"
 )
 
 // LiveViewOptions configure live view: the TURN relay and the viewer

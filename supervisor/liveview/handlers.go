@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"

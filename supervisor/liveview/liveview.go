@@ -24,10 +24,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
@@ -268,7 +268,7 @@ func (m *Manager) desktopClient(x store.Session) *desktop.Client {
 	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), hc, h)
 }
 
-// owner serves a desktop session's owner link (control.OwnerViewKey): it
+// owner serves a desktop session's owner link (lending.OwnerViewKey): it
 // takes a seat like any viewer link, within DesktopUsers, and redirects to
 // the viewer page with a view token of its own. The lending agent gives
 // this link to the machine's owner, who watches without an operator token.
@@ -289,7 +289,7 @@ func (m *Manager) owner(w http.ResponseWriter, r *http.Request) {
 		fail(err)
 		return
 	}
-	want := control.OwnerViewKey(m.cfg.Tokens.Derive(token.Computer, x.ComputerID), x.ID)
+	want := lending.OwnerViewKey(m.cfg.Tokens.Derive(token.Computer, x.ComputerID), x.ID)
 	if key := r.URL.Query().Get("key"); !hmac.Equal([]byte(key), []byte(want)) {
 		m.log.Warn("owner link refused: wrong key", "session", session)
 		fail(&supervisor.Error{Status: http.StatusForbidden, Code: supervisor.CodeUnauthorized, Message: "owner link: no such session, or a wrong key"})

@@ -18,11 +18,11 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/images/computerd/desktop"
+	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/pgtest"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
@@ -380,14 +380,14 @@ func (f *fixture) ownerGet(t *testing.T, session, key string) *http.Response {
 	return resp
 }
 
-// TestOwnerLink: the owner link of a lent desktop (control.OwnerViewKey
+// TestOwnerLink: the owner link of a lent desktop (lending.OwnerViewKey
 // under the computer's token) takes a seat like any viewer link and
 // redirects to the viewer page with a working view token; a wrong key, a
 // key of another session, an unknown session and a full desktop are
 // refused.
 func TestOwnerLink(t *testing.T) {
 	f := newFixture(t, 1)
-	key := control.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s1")
+	key := lending.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s1")
 	resp := f.ownerGet(t, "s1", key)
 	loc := resp.Header.Get("Location")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/view/s1?token=") {
@@ -409,14 +409,14 @@ func TestOwnerLink(t *testing.T) {
 		"another session":  {"s2", key},
 		"unknown session":  {"s9", key},
 		"empty key":        {"s2", ""},
-		"another computer": {"s2", control.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s2")},
+		"another computer": {"s2", lending.OwnerViewKey(f.toks.Derive(token.Computer, "c1"), "s2")},
 	} {
 		if resp := f.ownerGet(t, c.session, c.key); resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s: %d, want 403", name, resp.StatusCode)
 		}
 	}
 	// A headless session has no screen, even with its own key.
-	if resp := f.ownerGet(t, "s3", control.OwnerViewKey(f.toks.Derive(token.Computer, "c3"), "s3")); resp.StatusCode != http.StatusConflict {
+	if resp := f.ownerGet(t, "s3", lending.OwnerViewKey(f.toks.Derive(token.Computer, "c3"), "s3")); resp.StatusCode != http.StatusConflict {
 		t.Errorf("owner link of a headless session: %d, want 409", resp.StatusCode)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 )
 
 func TestMain(m *testing.M) {

@@ -24,7 +24,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/berthdev/berth/supervisor/client"
+	"github.com/berthdev/berth/client"
 )
 
 // DefaultShutdownTimeout bounds how long Run and Serve wait for running

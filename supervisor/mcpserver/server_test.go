@@ -11,8 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/berthdev/berth/client"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/client"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 )
 

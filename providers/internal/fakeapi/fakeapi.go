@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd/server"
+	"github.com/berthdev/berth/computerd/server"
 )
 
 // Kind sorts the calls of an API, so that faults hit the right ones.

@@ -36,7 +36,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/berthdev/berth/images/computerd"
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers/internal/fakeapi"
 )
 

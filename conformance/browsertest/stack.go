@@ -1,0 +1,224 @@
+package browsertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+
+	"github.com/berthdev/berth/internal/secrets"
+	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+)
+
+// Operator is the stack's operator key.
+const Operator = "browser-test-operator"
+
+// Logs collects a stack's log lines; it is safe for the supervisor's
+// goroutines to write while a test reads.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String returns what was logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Stack is a supervisor behind its REST API with one browser provider.
+type Stack struct {
+	t    *testing.T
+	id   string
+	p    providers.Provider
+	cfg  supervisor.Config
+	URL  string // the REST API
+	Logs *Logs  // what the supervisor and the provider logged
+	// Log is the logger whose lines go to Logs; give it to the provider.
+	Log *slog.Logger
+}
+
+// NewStack returns a stack whose supervisor's default provider is id.
+// newProvider makes the provider with the stack's logger.
+func NewStack(t *testing.T, id string, newProvider func(log *slog.Logger) providers.Provider) *Stack {
+	t.Helper()
+	logs := &Logs{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	p := newProvider(log)
+	dir := t.TempDir()
+	st, err := sqlstore.OpenSQLite(t.Context(), filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := token.NewDeriver([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Stack{t: t, id: id, p: p, Logs: logs, Log: log, cfg: supervisor.Config{Store: st, Providers: map[string]providers.Provider{id: p},
+		DefaultProvider: id, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second}}
+	svc := s.Restart()
+	srv := httptest.NewServer(api.New(svc, Operator, log))
+	s.URL = srv.URL
+	t.Cleanup(func() { srv.Close(); st.Close() })
+	return s
+}
+
+// Restart makes another supervisor on the same store, as after a crash.
+func (s *Stack) Restart() *supervisor.Service {
+	s.t.Helper()
+	svc, err := supervisor.New(s.cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return svc
+}
+
+// Call sends one REST call as the operator and returns its status and body.
+func (s *Stack) Call(method, path string, body any) (int, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		raw, _ := json.Marshal(body)
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(s.t.Context(), 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, s.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+Operator)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// Connect makes agent and connects it to the provider with credentials
+// and lease (0: the default).
+func (s *Stack) Connect(agent string, credentials map[string]string, leaseSeconds int) {
+	s.t.Helper()
+	if code, raw := s.Call("POST", "/v1/agents", map[string]any{"id": agent, "name": agent}); code != http.StatusCreated {
+		s.t.Fatalf("agent %s: %d %s", agent, code, raw)
+	}
+	body := map[string]any{"agent": agent, "provider": s.id, "credentials": credentials}
+	if leaseSeconds > 0 {
+		body["leaseSeconds"] = leaseSeconds
+	}
+	if code, raw := s.Call("POST", "/v1/computers", body); code != http.StatusCreated {
+		s.t.Fatalf("connect %s: %d %s", agent, code, raw)
+	}
+}
+
+// Start starts agent's session and returns it, failing t unless it runs
+// with both browser URLs, the CDP URL starting with cdpPrefix.
+func (s *Stack) Start(agent, cdpPrefix string) supervisor.SessionView {
+	s.t.Helper()
+	code, raw := s.Call("POST", "/v1/agents/"+agent+"/computer/start", nil)
+	if code != http.StatusOK {
+		s.t.Fatalf("start %s: %d %s", agent, code, raw)
+	}
+	var v supervisor.SessionView
+	if err := json.Unmarshal(raw, &v); err != nil {
+		s.t.Fatalf("start %s: %v: %s", agent, err, raw)
+	}
+	if v.State != "running" || v.Browser == nil || !strings.HasPrefix(v.Browser.CDPURL, cdpPrefix) || v.Browser.LiveViewURL == "" {
+		s.t.Fatalf("start answered %s, want a running session with the browser's URLs (CDP at %s…)", raw, cdpPrefix)
+	}
+	return v
+}
+
+// RequireNoShell checks that exec and the file tools on agent's session
+// are refused with 422 and supervisor.CodeBrowserSession.
+func (s *Stack) RequireNoShell(agent string) {
+	s.t.Helper()
+	for _, c := range []struct {
+		tool string
+		body any
+	}{
+		{"exec", map[string]any{"command": "true"}},
+		{"read_file", map[string]any{"path": "a"}},
+		{"write_file", map[string]any{"path": "a", "content": "x"}},
+	} {
+		code, raw := s.Call("POST", "/v1/agents/"+agent+"/computer/"+c.tool, c.body)
+		if code != http.StatusUnprocessableEntity || !strings.Contains(string(raw), supervisor.CodeBrowserSession) || !strings.Contains(string(raw), "not available on a browser session") {
+			s.t.Errorf("%s: %d %s, want 422 %s", c.tool, code, raw, supervisor.CodeBrowserSession)
+		}
+	}
+}
+
+// RequireNotLogged fails t where any of secrets is in the stack's logs.
+func (s *Stack) RequireNotLogged(secrets map[string]string) {
+	s.t.Helper()
+	logs := s.Logs.String()
+	for what, v := range secrets {
+		if v == "" {
+			s.t.Errorf("%s is empty: nothing to look for", what)
+		} else if strings.Contains(logs, v) {
+			s.t.Errorf("%s is in the logs", what)
+		}
+	}
+}
+
+// Drive drives the browser behind cdpURL with chromedp to a page on
+// loopback and checks what it reads there.
+func Drive(t *testing.T, cdpURL string) {
+	t.Helper()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html><head><title>berth-loopback-page</title></head><body><p id="x">hello from loopback</p></body></html>`)
+	}))
+	defer page.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	actx, acancel := remote.NewAllocator(ctx, cdpURL)
+	defer acancel()
+	cctx, ccancel := chromedp.NewContext(actx)
+	defer ccancel()
+	if _, err := chromedp.Run(cctx, chromedp.Navigate(page.URL)); err != nil {
+		t.Fatalf("drive the browser over its CDP URL: %v", err)
+	}
+	title, err := chromedp.Run(cctx, chromedp.Title())
+	if err != nil {
+		t.Fatalf("title: %v", err)
+	}
+	text, err := chromedp.Run(cctx, chromedp.Text("#x"))
+	if err != nil {
+		t.Fatalf("text: %v", err)
+	}
+	if title != "berth-loopback-page" || text != "hello from loopback" {
+		t.Errorf("page: title %q text %q", title, text)
+	}
+}

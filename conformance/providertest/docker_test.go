@@ -1,0 +1,140 @@
+package providertest_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
+)
+
+// dockerImage is the smallest computer image (images/build.sh builds it).
+const dockerImage = "berth/test:latest"
+
+// engine returns a client for the test engine. It skips the test when the
+// engine or the image is missing, and fails instead when
+// BERTH_REQUIRE_DOCKER=1 (as `make test` and CI set).
+func engine(t *testing.T) (*client.Client, string) {
+	t.Helper()
+	host := os.Getenv(docker.SettingSocket)
+	if host == "" {
+		host = docker.DefaultSocket
+	}
+	cli, err := client.New(client.WithHost(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	require := os.Getenv("BERTH_REQUIRE_DOCKER") == "1"
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		if require || !client.IsErrConnectionFailed(err) {
+			t.Fatalf("Docker engine at %s: %v (start it with `make docker`)", host, err)
+		}
+		t.Skipf("no Docker engine at %s (%v); start it with `make docker`, or run `make test`", host, err)
+	}
+	if _, err := cli.ImageInspect(ctx, dockerImage); err != nil {
+		if require || !cerrdefs.IsNotFound(err) {
+			t.Fatalf("image %s: %v (build it with `make images`)", dockerImage, err)
+		}
+		t.Skipf("image %s missing; build it with `make images`", dockerImage)
+	}
+	return cli, host
+}
+
+// recording remembers the computers a provider created, so that a
+// scenario's cleanup removes exactly those.
+type recording struct {
+	*docker.Docker
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *recording) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
+	r.mu.Lock()
+	r.ids = append(r.ids, spec.ComputerID)
+	r.mu.Unlock()
+	return r.Docker.Create(ctx, spec)
+}
+
+// TestDocker runs the suite against providers/docker on the real engine,
+// with faults injected at the provider's boundary.
+func TestDocker(t *testing.T) {
+	cli, host := engine(t)
+	providertest.Run(t, providertest.Harness{
+		ID:           "docker",
+		ReadyTimeout: 30 * time.Second,
+		New: func(t providertest.T, log *slog.Logger) providertest.Target {
+			d, err := docker.New(docker.Options{Host: host, HeadlessImage: dockerImage, DesktopImage: dockerImage, Logger: log})
+			if err != nil {
+				t.Fatalf("docker provider: %v", err)
+			}
+			r := &recording{Docker: d}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				for _, id := range r.ids {
+					if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
+						t.Errorf("cleanup of computer %s: %v", id, err)
+					}
+				}
+				d.Close()
+			})
+			return providertest.Target{
+				Provider: r,
+				Exists: func(ctx context.Context, label, value string) (bool, error) {
+					f := make(client.Filters).Add("label", label+"="+value)
+					cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+					if err != nil {
+						return false, err
+					}
+					vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+					if err != nil {
+						return false, err
+					}
+					return len(cs.Items)+len(vs.Items) > 0, nil
+				},
+			}
+		},
+	})
+}
+
+var _ providers.Lister = (*recording)(nil)
+
+// BenchmarkCycleDocker times a session on the real engine against the
+// same on providers/fake:
+//
+//	go test ./providers/providertest -run '^$' -bench Cycle -benchtime 10x
+func BenchmarkCycleDocker(b *testing.B) {
+	host := os.Getenv(docker.SettingSocket)
+	if host == "" {
+		host = docker.DefaultSocket
+	}
+	cli, err := client.New(client.WithHost(host))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.ImageInspect(b.Context(), dockerImage); err != nil {
+		b.Skipf("no engine or no %s (%v); start the engine and run `make images`", dockerImage, err)
+	}
+	d, err := docker.New(docker.Options{Host: host, HeadlessImage: dockerImage, DesktopImage: dockerImage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	providertest.BenchmarkCycle(b, providertest.Harness{ID: "docker", New: func(t providertest.T, log *slog.Logger) providertest.Target {
+		return providertest.Target{Provider: d, Exists: func(context.Context, string, string) (bool, error) { return false, nil }}
+	}})
+}
