@@ -49,7 +49,7 @@ bench: docker images ## run the benchmarks; one table: each figure, its baseline
 	{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density|LiveView' -benchtime 10x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/ ./providers/docker/; \
 	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench LiveView -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
-	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/api/; \
+	   $(GO) test -run '^$$' -bench . -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
 	   $(GO) test -run '^$$' -bench Connect1GiB -benchtime 6x -count 1 -timeout $(BENCH_TIMEOUT) ./egress/; \
 	   $(GO) test -run '^$$' -bench . -skip Connect1GiB -count 1 -timeout $(BENCH_TIMEOUT) $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE); \
 	rc=$$?; echo "load after: $$(uptime)"; exit $$rc

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/berthdev/berth/agent/credstore"
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 // Paired is the outcome of a pairing: the machine's agent id at the
@@ -34,7 +34,7 @@ func Pair(ctx context.Context, store *credstore.Store, supervisorURL, code, name
 	if code == "" {
 		return Paired{}, errors.New("pairing code: required, like ABCD-EFGH-JK")
 	}
-	c, err := client.New(supervisorURL, "", client.WithUserAgent(userAgent))
+	c, err := api.New(supervisorURL, "", api.WithUserAgent(userAgent))
 	if err != nil {
 		return Paired{}, fmt.Errorf("supervisor URL: %w", err)
 	}
@@ -44,7 +44,7 @@ func Pair(ctx context.Context, store *credstore.Store, supervisorURL, code, name
 // PairWith is Pair through a client of the supervisor (berth agent pair
 // uses it too): the agent id, token and the relay the supervisor names are
 // kept in store.
-func PairWith(ctx context.Context, c *client.Client, store *credstore.Store, code, name string) (Paired, error) {
+func PairWith(ctx context.Context, c *api.Client, store *credstore.Store, code, name string) (Paired, error) {
 	p, err := c.Pair(ctx, code, name)
 	if err != nil {
 		return Paired{}, fmt.Errorf("pair: %w", err)

@@ -15,14 +15,14 @@ import (
 	"github.com/zalando/go-keyring"
 
 	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/app/agentlink"
-	"github.com/berthdev/berth/client"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
@@ -52,7 +52,7 @@ func newSupervisor(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(svc, opToken, log))
+	srv := httptest.NewServer(apiserver.New(svc, opToken, log))
 	t.Cleanup(func() {
 		srv.Close()
 		fp.Close()
@@ -64,7 +64,7 @@ func newSupervisor(t *testing.T) *httptest.Server {
 func TestPair(t *testing.T) {
 	keyring.MockInitWithError(errors.New("dbus: no secret service"))
 	srv := newSupervisor(t)
-	op, err := client.New(srv.URL, opToken)
+	op, err := api.New(srv.URL, opToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func init() { addCommand(newAgentCmd) }
@@ -22,7 +22,7 @@ func newAgentCmd() *cobra.Command {
 }
 
 func newAgentCreateCmd() *cobra.Command {
-	var req client.CreateAgentRequest
+	var req api.CreateAgentRequest
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create an agent",

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/app/agentlink"
-	"github.com/berthdev/berth/client"
 	"github.com/berthdev/berth/relay/relayclient"
 )
 
@@ -47,7 +47,7 @@ https://, or --insecure to allow it anyway.`,
 		Example: "  berth agent pair ABCD-EFGH-JK --supervisor https://berth.example.com --name lab-laptop",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := client.New(supervisorURL, "", client.WithUserAgent("berth/"+version))
+			c, err := api.New(supervisorURL, "", api.WithUserAgent("berth/"+version))
 			if err != nil {
 				return usageError{err}
 			}

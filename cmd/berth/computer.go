@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func init() { addCommand(newComputerCmd) }
@@ -61,7 +61,7 @@ func agentOf(cmd *cobra.Command) (string, error) {
 }
 
 // agentCmd returns a client and the agent for one of the computer commands.
-func agentCmd(cmd *cobra.Command) (*client.Client, string, error) {
+func agentCmd(cmd *cobra.Command) (*api.Client, string, error) {
 	agent, err := agentOf(cmd)
 	if err != nil {
 		return nil, "", err
@@ -72,7 +72,7 @@ func agentCmd(cmd *cobra.Command) (*client.Client, string, error) {
 
 func newConnectCmd() *cobra.Command {
 	var (
-		req   client.ConnectRequest
+		req   api.ConnectRequest
 		creds []string
 	)
 	cmd := &cobra.Command{
@@ -196,7 +196,7 @@ func newStartCmd() *cobra.Command {
 
 // printSession prints one line about s, and what a person should do when
 // its state needs them.
-func printSession(cmd *cobra.Command, agent string, s *client.Session) {
+func printSession(cmd *cobra.Command, agent string, s *api.Session) {
 	out := cmd.OutOrStdout()
 	if s == nil {
 		fmt.Fprintln(out, "no session")
@@ -206,7 +206,7 @@ func printSession(cmd *cobra.Command, agent string, s *client.Session) {
 	warnSession(cmd, agent, s)
 }
 
-func sessionLine(s *client.Session) string {
+func sessionLine(s *api.Session) string {
 	line := s.ID + " " + s.State
 	if s.Provider != "" {
 		line += " on " + s.Provider
@@ -214,7 +214,7 @@ func sessionLine(s *client.Session) string {
 			line += " (" + s.Image + ")"
 		}
 	}
-	if s.State == client.StateRunning || s.State == client.StateStarting {
+	if s.State == api.StateRunning || s.State == api.StateStarting {
 		line += fmt.Sprintf(", %s left", seconds2d(s.RemainingSeconds))
 		if !s.ExpiresAt.IsZero() {
 			line += ", until " + when(s.ExpiresAt)
@@ -223,9 +223,9 @@ func sessionLine(s *client.Session) string {
 	return line
 }
 
-func warnSession(cmd *cobra.Command, agent string, s *client.Session) {
+func warnSession(cmd *cobra.Command, agent string, s *api.Session) {
 	switch s.State {
-	case client.StateUncertain, client.StateCleanupFailed:
+	case api.StateUncertain, api.StateCleanupFailed:
 		if s.Message != "" {
 			warnf(cmd, "%s", s.Message)
 		}
@@ -339,7 +339,7 @@ redirect its output, or the call waits for it.`,
 				return err
 			}
 			ctx, raw := answerContext(cmd)
-			res, err := c.Exec(ctx, agent, client.ExecRequest{Command: command, TimeoutSeconds: timeout})
+			res, err := c.Exec(ctx, agent, api.ExecRequest{Command: command, TimeoutSeconds: timeout})
 			if err != nil {
 				if ctx.Err() != nil {
 					return &exitError{code: exitInterrupted, msg: "interrupted; the command may still be running on the computer"}
@@ -364,7 +364,7 @@ redirect its output, or the call waits for it.`,
 
 // execOutcome warns about what the result does not show by itself and
 // turns it into berth's exit code.
-func execOutcome(cmd *cobra.Command, timeout int, res *client.ExecResult) error {
+func execOutcome(cmd *cobra.Command, timeout int, res *api.ExecResult) error {
 	if res.Truncated {
 		warnf(cmd, "the output was truncated; redirect it to a file and read that to see all of it")
 	}
@@ -419,7 +419,7 @@ and --all reads on until the end.`,
 			}
 			ctx, raw := answerContext(cmd)
 			for {
-				res, err := c.ReadFile(ctx, agent, client.ReadFileRequest{Path: path, Offset: offset})
+				res, err := c.ReadFile(ctx, agent, api.ReadFileRequest{Path: path, Offset: offset})
 				if err != nil {
 					return err
 				}
@@ -469,7 +469,7 @@ checks them against what it sent.`,
 				return err
 			}
 			ctx, raw := answerContext(cmd)
-			res, err := c.WriteFile(ctx, agent, client.WriteFileRequest{Path: path, Content: content})
+			res, err := c.WriteFile(ctx, agent, api.WriteFileRequest{Path: path, Content: content})
 			if err != nil {
 				return err
 			}
@@ -521,7 +521,7 @@ func writeInput(cmd *cobra.Command, file string) (string, error) {
 }
 
 // checkWrite compares what the computer verified on disk with what was sent.
-func checkWrite(content string, res *client.WriteFileResult) error {
+func checkWrite(content string, res *api.WriteFileResult) error {
 	sum := sha256.Sum256([]byte(content))
 	want := hex.EncodeToString(sum[:])
 	if res.Bytes != int64(len(content)) || (res.SHA256 != "" && !strings.EqualFold(res.SHA256, want)) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func init() { addSubcommand("computer", newComputerViewCmd) }
@@ -68,7 +68,7 @@ once; past that the supervisor answers desktop_busy.`,
 			}
 			if resp.StatusCode/100 != 2 {
 				var e struct {
-					Error client.APIError `json:"error"`
+					Error api.APIError `json:"error"`
 				}
 				if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
 					return fmt.Errorf("view: %s: %s", resp.Status, strings.TrimSpace(string(raw)))

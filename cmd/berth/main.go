@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func main() {
@@ -265,12 +265,12 @@ func flagOrEnv(cmd *cobra.Command, flag, env, def string) string {
 
 // newClient returns a client of the supervisor named by the global flags
 // and environment.
-func newClient(cmd *cobra.Command) (*client.Client, error) {
+func newClient(cmd *cobra.Command) (*api.Client, error) {
 	token := flagOrEnv(cmd, "token", "SUPERVISOR_TOKEN", "")
 	if token == "" {
 		return nil, usagef("no operator token: set SUPERVISOR_TOKEN or pass --token")
 	}
-	c, err := client.New(flagOrEnv(cmd, "url", "BERTH_URL", defaultURL), token, client.WithUserAgent("berth/"+version))
+	c, err := api.New(flagOrEnv(cmd, "url", "BERTH_URL", defaultURL), token, api.WithUserAgent("berth/"+version))
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -287,7 +287,7 @@ func jsonOutput(cmd *cobra.Command) bool {
 // keeps the supervisor's answer as it came, for printAnswer.
 func answerContext(cmd *cobra.Command) (context.Context, *json.RawMessage) {
 	raw := new(json.RawMessage)
-	return client.WithRawAnswer(cmd.Context(), raw), raw
+	return api.WithRawAnswer(cmd.Context(), raw), raw
 }
 
 // printAnswer prints the supervisor's answer raw (indented), or v when the

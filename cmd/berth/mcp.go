@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/supervisor/mcpserver"
 )
 
@@ -30,7 +30,7 @@ func newMCPCmd() *cobra.Command {
 		Use:   "mcp",
 		Short: "Serve an agent's computer tools over MCP (stdio or streamable HTTP)",
 		Long: `mcp serves the five computer tools of one agent (computer_start, computer_exec,
-computer_read_file, computer_write_file, computer_stop) to an MCP client. Each
+computer_read_file, computer_write_file, computer_stop) to an MCP api. Each
 tool calls the supervisor at --url or $BERTH_URL with $SUPERVISOR_TOKEN, for
 the agent named by --agent or $BERTH_AGENT.
 
@@ -84,11 +84,11 @@ calls, waits for the running ones to be answered, and exits.`,
 
 // checkAgent warns, without stopping, when the supervisor cannot serve the
 // agent's tools right now; the tools report the same to the model.
-func checkAgent(cmd *cobra.Command, c *client.Client, agent string) {
+func checkAgent(cmd *cobra.Command, c *api.Client, agent string) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 	defer cancel()
 	_, err := c.Status(ctx, agent)
-	var ae *client.APIError
+	var ae *api.APIError
 	switch {
 	case err == nil:
 	case errors.As(err, &ae) && ae.Status == 404:

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	sup "github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
@@ -90,7 +90,7 @@ func TestStartWaitingOnFailedCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(svc, testToken, log))
+	srv := httptest.NewServer(apiserver.New(svc, testToken, log))
 	t.Cleanup(func() {
 		srv.Close()
 		st.Close()
@@ -104,7 +104,7 @@ func TestStartWaitingOnFailedCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, err := client.New(srv.URL, testToken)
+	c, err := api.New(srv.URL, testToken)
 	if err != nil {
 		t.Fatal(err)
 	}

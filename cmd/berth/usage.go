@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func init() { addCommand(newUsageCmd) }
@@ -25,9 +25,9 @@ period.`,
 		Example: "  berth usage --by workspace --from 2025-01-01 --to 2025-01-31",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := client.UsageRequest{By: by}
-			if by != client.ByProvider && by != client.ByWorkspace {
-				return usagef("--by %q: want %s or %s", by, client.ByProvider, client.ByWorkspace)
+			req := api.UsageRequest{By: by}
+			if by != api.ByProvider && by != api.ByWorkspace {
+				return usagef("--by %q: want %s or %s", by, api.ByProvider, api.ByWorkspace)
 			}
 			var err error
 			if req.From, err = parseWhen("--from", from, false); err != nil {
@@ -54,10 +54,10 @@ period.`,
 			return printUsage(cmd, u)
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", client.ByProvider, "group by provider or workspace")
+	cmd.Flags().StringVar(&by, "by", api.ByProvider, "group by provider or workspace")
 	cmd.Flags().StringVar(&from, "from", "", "start of the period (RFC 3339 or YYYY-MM-DD)")
 	cmd.Flags().StringVar(&to, "to", "", "end of the period (RFC 3339, or YYYY-MM-DD included)")
-	cmd.RegisterFlagCompletionFunc("by", cobra.FixedCompletions([]string{client.ByProvider, client.ByWorkspace}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("by", cobra.FixedCompletions([]string{api.ByProvider, api.ByWorkspace}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -79,7 +79,7 @@ func parseWhen(flag, s string, end bool) (time.Time, error) {
 	return time.Time{}, usagef("%s %q: want an RFC 3339 time (2025-01-02T15:04:05Z) or a day (2025-01-02)", flag, s)
 }
 
-func printUsage(cmd *cobra.Command, u *client.Usage) error {
+func printUsage(cmd *cobra.Command, u *api.Usage) error {
 	out := cmd.OutOrStdout()
 	if !u.From.IsZero() || !u.To.IsZero() {
 		fmt.Fprintf(out, "sessions started from %s to %s\n", when(u.From), when(u.To))
@@ -90,7 +90,7 @@ func printUsage(cmd *cobra.Command, u *client.Usage) error {
 	}
 	by := u.By
 	if by == "" {
-		by = client.ByProvider
+		by = api.ByProvider
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tSESSIONS\tSECONDS\tTIME\n", strings.ToUpper(by))

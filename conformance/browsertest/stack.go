@@ -22,7 +22,7 @@ import (
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
@@ -89,7 +89,7 @@ func NewStack(t *testing.T, id string, newProvider func(log *slog.Logger) provid
 	s := &Stack{t: t, id: id, p: p, Logs: logs, Log: log, cfg: supervisor.Config{Store: st, Providers: map[string]providers.Provider{id: p},
 		DefaultProvider: id, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second}}
 	svc := s.Restart()
-	srv := httptest.NewServer(api.New(svc, Operator, log))
+	srv := httptest.NewServer(apiserver.New(svc, Operator, log))
 	s.URL = srv.URL
 	t.Cleanup(func() { srv.Close(); st.Close() })
 	return s

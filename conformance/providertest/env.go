@@ -19,7 +19,7 @@ import (
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
@@ -126,7 +126,7 @@ func newEnv(t T, h Harness) *env {
 		}
 		return svc
 	}
-	e.srv = httptest.NewServer(api.New(e.svc, operatorToken, log))
+	e.srv = httptest.NewServer(apiserver.New(e.svc, operatorToken, log))
 	t.Cleanup(func() {
 		e.stopAll()
 		e.srv.Close()

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/providers"
@@ -60,7 +60,7 @@ func TestBrowserSession(t *testing.T) {
 	}
 
 	// The Go client (and so berth mcp) carries the same URLs.
-	cl, err := client.New(s.URL, browsertest.Operator)
+	cl, err := api.New(s.URL, browsertest.Operator)
 	if err != nil {
 		t.Fatal(err)
 	}

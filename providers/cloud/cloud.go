@@ -6,7 +6,7 @@
 // For every computer the provider creates an agent and a connection on the
 // remote supervisor and starts it; the tools then go through the remote
 // REST tools (exec, read_file, write_file), which the provider's transport
-// speaks on behalf of the local supervisor's computerd client. Live view
+// speaks on behalf of the local supervisor's computerd api. Live view
 // and terminals have no REST form and are refused with a clear message.
 //
 // The remote agent's id carries Berth's labels, so that a start whose
@@ -28,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/httpapi"
@@ -162,9 +162,9 @@ func labelsOf(agent string) (map[string]string, bool) {
 	return l, true
 }
 
-func (c *Cloud) client(base, key string) (*client.Client, error) {
-	return client.New(base, key, client.WithHTTPClient(&http.Client{Transport: c.tr, Timeout: 3 * time.Minute}),
-		client.WithUserAgent("berth-cloud-provider"))
+func (c *Cloud) client(base, key string) (*api.Client, error) {
+	return api.New(base, key, api.WithHTTPClient(&http.Client{Transport: c.tr, Timeout: 3 * time.Minute}),
+		api.WithUserAgent("berth-cloud-provider"))
 }
 
 // mapErr maps the remote supervisor's answers. A request it refused for
@@ -172,7 +172,7 @@ func (c *Cloud) client(base, key string) (*client.Client, error) {
 // lender's limits, a bad argument) is refused here too, with its reason,
 // so that nothing is taken for a machine that may exist.
 func mapErr(err error) error {
-	var ae *client.APIError
+	var ae *api.APIError
 	if !errors.As(err, &ae) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return err
@@ -202,7 +202,7 @@ func mapErr(err error) error {
 }
 
 func isConflict(err error) bool {
-	var ae *client.APIError
+	var ae *api.APIError
 	return errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Code == "conflict"
 }
 
@@ -222,7 +222,7 @@ func (c *Cloud) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: %v", spec.ComputerID, providers.ErrBadCredentials, err)
 	}
-	if _, err := cl.CreateAgent(ctx, client.CreateAgentRequest{ID: agent, Name: "berth agent " + spec.AgentID, Workspace: workspace}); err != nil && !isConflict(err) {
+	if _, err := cl.CreateAgent(ctx, api.CreateAgentRequest{ID: agent, Name: "berth agent " + spec.AgentID, Workspace: workspace}); err != nil && !isConflict(err) {
 		return providers.Machine{}, fmt.Errorf("create computer %s: remote agent: %w", spec.ComputerID, mapErr(err))
 	}
 	lease := int(spec.Lease / time.Second)
@@ -231,10 +231,10 @@ func (c *Cloud) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 	if image == "" {
 		image = providers.ImageHeadless
 	}
-	if _, err := cl.Connect(ctx, client.ConnectRequest{Agent: agent, LeaseSeconds: lease, DailySeconds: max(lease, 3600), Image: image}); err != nil && !isConflict(err) {
+	if _, err := cl.Connect(ctx, api.ConnectRequest{Agent: agent, LeaseSeconds: lease, DailySeconds: max(lease, 3600), Image: image}); err != nil && !isConflict(err) {
 		return providers.Machine{}, fmt.Errorf("create computer %s: remote connection: %w", spec.ComputerID, mapErr(err))
 	}
-	sctx := client.WithIdempotencyKey(ctx, "berth-start-"+spec.AttemptID)
+	sctx := api.WithIdempotencyKey(ctx, "berth-start-"+spec.AttemptID)
 	s, err := cl.Start(sctx, agent)
 	if err != nil {
 		err = mapErr(err)
@@ -244,7 +244,7 @@ func (c *Cloud) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: remote start: %w", spec.ComputerID, err)
 	}
-	if s == nil || s.State != client.StateRunning {
+	if s == nil || s.State != api.StateRunning {
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w: the remote session is not running", spec.ComputerID, providers.ErrUnavailable)
 	}
 	c.log.Info("remote computer started", "computer", spec.ComputerID, "remote", base, "agent", agent, "session", s.ID)
@@ -295,7 +295,7 @@ func (c *Cloud) List(ctx context.Context) ([]providers.Machine, error) {
 			continue
 		}
 		m := providers.Machine{ID: rc.Agent, Labels: labels}
-		if rc.Session != nil && rc.Session.State == client.StateRunning {
+		if rc.Session != nil && rc.Session.State == api.StateRunning {
 			m.Endpoint = base + "/v1/agents/" + rc.Agent
 		}
 		out = append(out, m)
@@ -336,7 +336,7 @@ func (r *remote) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		if st.Session == nil || st.Session.State != client.StateRunning {
+		if st.Session == nil || st.Session.State != api.StateRunning {
 			return answer(req, http.StatusServiceUnavailable, computerd.CodeInternal, "the remote computer is not running")
 		}
 		return answer(req, http.StatusOK, "", computerd.Health{Status: "ok", Version: "cloud"})
@@ -349,7 +349,7 @@ func (r *remote) RoundTrip(req *http.Request) (*http.Response, error) {
 			return answer(req, http.StatusBadRequest, computerd.CodeBadRequest, "a cloud computer runs commands without stdin, cwd or env")
 		}
 		secs := int((in.TimeoutMs + 999) / 1000)
-		res, err := cl.Exec(ctx, r.agent, client.ExecRequest{Command: in.Command, TimeoutSeconds: min(max(secs, 1), 120)})
+		res, err := cl.Exec(ctx, r.agent, api.ExecRequest{Command: in.Command, TimeoutSeconds: min(max(secs, 1), 120)})
 		if err != nil {
 			return remoteError(req, err)
 		}
@@ -364,7 +364,7 @@ func (r *remote) RoundTrip(req *http.Request) (*http.Response, error) {
 	case req.Method == http.MethodGet && tail == "/v1/files/read":
 		q := req.URL.Query()
 		off, _ := strconv.ParseInt(q.Get("offset"), 10, 64)
-		res, err := cl.ReadFile(ctx, r.agent, client.ReadFileRequest{Path: q.Get("path"), Offset: off})
+		res, err := cl.ReadFile(ctx, r.agent, api.ReadFileRequest{Path: q.Get("path"), Offset: off})
 		if err != nil {
 			return remoteError(req, err)
 		}
@@ -374,7 +374,7 @@ func (r *remote) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := json.NewDecoder(io.LimitReader(req.Body, 8<<20)).Decode(&in); err != nil {
 			return answer(req, http.StatusBadRequest, computerd.CodeBadRequest, "bad write request")
 		}
-		res, err := cl.WriteFile(ctx, r.agent, client.WriteFileRequest{Path: in.Path, Content: in.Content})
+		res, err := cl.WriteFile(ctx, r.agent, api.WriteFileRequest{Path: in.Path, Content: in.Content})
 		if err != nil {
 			return remoteError(req, err)
 		}
@@ -385,7 +385,7 @@ func (r *remote) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // remoteError turns a remote tool's error answer into computerd's.
 func remoteError(req *http.Request, err error) (*http.Response, error) {
-	var ae *client.APIError
+	var ae *api.APIError
 	if !errors.As(err, &ae) {
 		return nil, err
 	}

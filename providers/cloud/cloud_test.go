@@ -20,7 +20,7 @@ import (
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/providers/internal/fakeapi"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
@@ -62,7 +62,7 @@ func newRemote(t providertest.T) *remote {
 		t.Fatalf("remote supervisor: %v", err)
 	}
 	r := &remote{token: "remote-operator-" + time.Now().Format("150405.000000000"), svc: svc, st: st, fake: fp}
-	r.Server = fakeapi.New(t, api.New(svc, r.token, nil), fakeapi.Options{
+	r.Server = fakeapi.New(t, apiserver.New(svc, r.token, nil), fakeapi.Options{
 		Kind: func(req *http.Request) fakeapi.Kind {
 			switch {
 			case req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/computer/start"):

@@ -33,7 +33,7 @@ import (
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
@@ -296,7 +296,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 			return fail(err)
 		}
 	}
-	h := api.New(d.Service, d.Token, o.Logger)
+	h := apiserver.New(d.Service, d.Token, o.Logger)
 	h.Ready = func(ctx context.Context) error {
 		_, err := d.Store.GetAgent(ctx, "-healthz-probe")
 		if errors.Is(err, store.ErrNotFound) {

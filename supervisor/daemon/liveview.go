@@ -16,7 +16,7 @@ import (
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay/turnserver"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/liveview"
 )
 
@@ -146,7 +146,7 @@ func listenUDPTCP(host, port string) (net.PacketConn, net.Listener, error) {
 }
 
 // mountLiveView serves viewer links and pages when live view is on.
-func (d *Daemon) mountLiveView(mux *http.ServeMux, h *api.Handler, tokens *token.Deriver) error {
+func (d *Daemon) mountLiveView(mux *http.ServeMux, h *apiserver.Handler, tokens *token.Deriver) error {
 	if d.TURN == nil {
 		return nil
 	}

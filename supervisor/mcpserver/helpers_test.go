@@ -16,7 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 func TestMain(m *testing.M) {
@@ -147,10 +147,10 @@ func (w tWriter) Write(p []byte) (int, error) {
 }
 
 // newTestServer returns a Server of testAgent calling f.
-func newTestServer(t *testing.T, f *fakeSupervisor, opts ...client.Option) *Server {
+func newTestServer(t *testing.T, f *fakeSupervisor, opts ...api.Option) *Server {
 	t.Helper()
-	opts = append([]client.Option{client.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
-	c, err := client.New(f.srv.URL, testToken, opts...)
+	opts = append([]api.Option{api.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
+	c, err := api.New(f.srv.URL, testToken, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

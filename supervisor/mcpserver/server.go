@@ -1,7 +1,7 @@
 // Package mcpserver serves one agent's five computer tools (computer_start,
 // computer_exec, computer_read_file, computer_write_file, computer_stop)
 // over the Model Context Protocol, on stdio or streamable HTTP. Each tool
-// calls the supervisor's REST API through a client.Client.
+// calls the supervisor's REST API through a api.Client.
 //
 // Every tool call carries an Idempotency-Key derived from the call itself:
 // the MCP session, the connection and the JSON-RPC id of the tools/call
@@ -24,7 +24,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 // DefaultShutdownTimeout bounds how long Run and Serve wait for running
@@ -38,7 +38,7 @@ const httpSessionIdle = time.Hour
 // Server serves the computer tools of one agent over MCP.
 type Server struct {
 	mcp      *mcp.Server
-	c        *client.Client
+	c        *api.Client
 	agent    string
 	id       string // random, marks the call tags this Server sets
 	log      *slog.Logger
@@ -78,7 +78,7 @@ func WithShutdownTimeout(d time.Duration) Option {
 
 // New returns a server of the computer tools of agent, which it calls
 // through c.
-func New(c *client.Client, agent string, opts ...Option) *Server {
+func New(c *api.Client, agent string, opts ...Option) *Server {
 	s := &Server{
 		c: c, agent: agent, id: randomID(),
 		log:      slog.New(slog.DiscardHandler),

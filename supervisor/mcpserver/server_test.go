@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/supervisor"
 )
 
@@ -114,7 +114,7 @@ func TestCallTools(t *testing.T) {
 		if res.IsError || !strings.Contains(text(res), "Computer running: session s1 on docker, image headless. 900 s left, until 2025-01-02T03:19:05Z.") {
 			t.Errorf("start: %s", text(res))
 		}
-		var x client.Session
+		var x api.Session
 		structured(t, res, &x)
 		if x.ID != "s1" || x.State != "running" || x.RemainingSeconds != 900 {
 			t.Errorf("start structured = %+v", x)
@@ -129,7 +129,7 @@ func TestCallTools(t *testing.T) {
 		if res.IsError || text(res) != want {
 			t.Errorf("exec text = %q, want %q", text(res), want)
 		}
-		var e client.ExecResult
+		var e api.ExecResult
 		structured(t, res, &e)
 		if e.ExitCode != 3 || e.Stdout != "hello\n" || e.Stderr != "oops" {
 			t.Errorf("exec structured = %+v", e)
@@ -145,7 +145,7 @@ func TestCallTools(t *testing.T) {
 		if res.IsError || text(res) != "line one\n" {
 			t.Errorf("read text = %q", text(res))
 		}
-		var r client.ReadFileResult
+		var r api.ReadFileResult
 		structured(t, res, &r)
 		if r.Content != "line one\n" || r.Truncated {
 			t.Errorf("read structured = %+v", r)
@@ -156,7 +156,7 @@ func TestCallTools(t *testing.T) {
 		if res.IsError || !strings.Contains(text(res), "Wrote /tmp/h.txt: 5 bytes, sha256 2cf24dba") || !strings.Contains(text(res), "verified") {
 			t.Errorf("write text = %q", text(res))
 		}
-		var w client.WriteFileResult
+		var w api.WriteFileResult
 		structured(t, res, &w)
 		if w.Bytes != 5 || !strings.HasPrefix(w.SHA256, "2cf24dba") {
 			t.Errorf("write structured = %+v", w)
@@ -199,7 +199,7 @@ func TestReadTruncated(t *testing.T) {
 	if !strings.Contains(note, "[truncated]") || !strings.Contains(note, "3 characters from offset 100") || !strings.Contains(note, "offset 103") {
 		t.Errorf("note = %q", note)
 	}
-	var r client.ReadFileResult
+	var r api.ReadFileResult
 	structured(t, res, &r)
 	if !r.Truncated || r.NextOffset != 103 {
 		t.Errorf("structured = %+v", r)
@@ -235,7 +235,7 @@ func TestExecMarkers(t *testing.T) {
 	if res.IsError || !strings.HasPrefix(got, "exit code: unknown [uncertain]\n") || !strings.Contains(got, supervisor.UncertainAdvice) || strings.Contains(got, "stdout") {
 		t.Errorf("uncertain text = %q", got)
 	}
-	var e client.ExecResult
+	var e api.ExecResult
 	structured(t, res, &e)
 	if !e.Uncertain {
 		t.Errorf("structured = %+v", e)
@@ -244,14 +244,14 @@ func TestExecMarkers(t *testing.T) {
 
 func TestExecLostAnswerIsUncertain(t *testing.T) {
 	f := newFakeSupervisor(t)
-	cs := connectInMemory(t, newTestServer(t, f, client.WithMaxAttempts(2)))
+	cs := connectInMemory(t, newTestServer(t, f, api.WithMaxAttempts(2)))
 	f.on("POST "+computerPath+"/exec", answer{drop: true})
 	res := callTool(t, cs, ToolExec, map[string]any{"command": "make deploy"})
 	got := text(res)
 	if res.IsError || !strings.Contains(got, "[uncertain]") || !strings.Contains(got, "will not be re-run automatically") || !strings.Contains(got, "Inspect the computer") {
 		t.Errorf("text = %q", got)
 	}
-	var e client.ExecResult
+	var e api.ExecResult
 	structured(t, res, &e)
 	if !e.Uncertain || e.ExitCode != -1 {
 		t.Errorf("structured = %+v", e)
@@ -289,7 +289,7 @@ func TestUnreachableSupervisor(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := client.New("http://"+addr, testToken, client.WithMaxAttempts(1))
+	c, err := api.New("http://"+addr, testToken, api.WithMaxAttempts(1))
 	if err != nil {
 		t.Fatal(err)
 	}

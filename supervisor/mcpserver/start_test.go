@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
@@ -47,7 +47,7 @@ func realSupervisor(t *testing.T) (*httptest.Server, *fake.Provider, store.Store
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(svc, testToken, log))
+	srv := httptest.NewServer(apiserver.New(svc, testToken, log))
 	t.Cleanup(func() {
 		srv.Close()
 		fp.Close()
@@ -68,7 +68,7 @@ func realSupervisor(t *testing.T) (*httptest.Server, *fake.Provider, store.Store
 func TestStartFailedCreateIsToolError(t *testing.T) {
 	srv, fp, st := realSupervisor(t)
 	ctx := testContext(t)
-	c, err := client.New(srv.URL, testToken, client.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	c, err := api.New(srv.URL, testToken, api.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +113,9 @@ func TestStartFailedCreateIsToolError(t *testing.T) {
 	// Once the provider works, computer_start starts the computer.
 	fp.SetFaults(fake.Faults{})
 	res = callTool(t, cs, ToolStart, nil)
-	var s client.Session
+	var s api.Session
 	structured(t, res, &s)
-	if res.IsError || s.State != client.StateRunning {
+	if res.IsError || s.State != api.StateRunning {
 		t.Fatalf("start after the failures = %v %q", res.IsError, text(res))
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/berthdev/berth/client"
+	"github.com/berthdev/berth/api"
 )
 
 // Limits of the tools, the same as the supervisor's. The server checks them
@@ -169,7 +169,7 @@ func addTool[In, Out any](s *Server, t *mcp.Tool, run func(context.Context, In) 
 		}
 		key := s.callKey(req)
 		if key != "" {
-			ctx = client.WithIdempotencyKey(ctx, key)
+			ctx = api.WithIdempotencyKey(ctx, key)
 		}
 		start := time.Now()
 		out, texts, err := run(ctx, in)
@@ -199,7 +199,7 @@ func failf(format string, args ...any) error {
 // toolError turns the failure of a call into the text of a tool error.
 func toolError(tool string, err error) error {
 	var f *failure
-	var ae *client.APIError
+	var ae *api.APIError
 	switch {
 	case errors.As(err, &f):
 		return fmt.Errorf("%s: %s", tool, f.msg)
@@ -213,7 +213,7 @@ func toolError(tool string, err error) error {
 			code = "none"
 		}
 		return fmt.Errorf("%s failed: %s (code %s, HTTP %d)", tool, msg, code, ae.Status)
-	case errors.Is(err, client.ErrAgentID):
+	case errors.Is(err, api.ErrAgentID):
 		return fmt.Errorf("%s failed: this server has no agent id", tool)
 	case neverSent(err):
 		return fmt.Errorf("%s failed: cannot reach the supervisor (%v); nothing was done, try again later", tool, err)
@@ -230,22 +230,22 @@ func neverSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-func (s *Server) start(ctx context.Context, _ noInput) (client.Session, []string, error) {
+func (s *Server) start(ctx context.Context, _ noInput) (api.Session, []string, error) {
 	x, err := s.c.Start(ctx, s.agent)
 	if err != nil {
-		return client.Session{}, nil, err
+		return api.Session{}, nil, err
 	}
 	if x == nil {
-		return client.Session{}, nil, failf("the supervisor answered without a session")
+		return api.Session{}, nil, failf("the supervisor answered without a session")
 	}
 	if !x.Live() {
-		return client.Session{}, nil, failf("the supervisor answered session %s %s: no computer was started; call computer_start again", x.ID, x.State)
+		return api.Session{}, nil, failf("the supervisor answered session %s %s: no computer was started; call computer_start again", x.ID, x.State)
 	}
 	return *x, []string{startText(x)}, nil
 }
 
-func startText(x *client.Session) string {
-	if x.State != client.StateRunning {
+func startText(x *api.Session) string {
+	if x.State != api.StateRunning {
 		msg := fmt.Sprintf("Session %s is %s.", x.ID, x.State)
 		if x.Message != "" {
 			msg += " " + x.Message
@@ -266,31 +266,31 @@ func startText(x *client.Session) string {
 		x.ID, x.Provider, image, x.RemainingSeconds, x.ExpiresAt.UTC().Format(time.RFC3339))
 }
 
-func (s *Server) exec(ctx context.Context, in execInput) (client.ExecResult, []string, error) {
+func (s *Server) exec(ctx context.Context, in execInput) (api.ExecResult, []string, error) {
 	if strings.TrimSpace(in.Command) == "" {
-		return client.ExecResult{}, nil, failf("command: required, and not only spaces")
+		return api.ExecResult{}, nil, failf("command: required, and not only spaces")
 	}
 	if n := utf8.RuneCountInString(in.Command); n > MaxCommandChars {
-		return client.ExecResult{}, nil, failf("command: %d characters, at most %d; write a long script with computer_write_file and run the file", n, MaxCommandChars)
+		return api.ExecResult{}, nil, failf("command: %d characters, at most %d; write a long script with computer_write_file and run the file", n, MaxCommandChars)
 	}
-	req := client.ExecRequest{Command: in.Command}
+	req := api.ExecRequest{Command: in.Command}
 	if in.TimeoutSeconds != nil {
 		t := *in.TimeoutSeconds
 		if t < 1 || t > MaxExecTimeoutSeconds {
-			return client.ExecResult{}, nil, failf("timeoutSeconds: %d is outside 1..%d (seconds); run a longer job in the background with its output redirected to a file (nohup cmd >/tmp/job.log 2>&1 &) and poll the file", t, MaxExecTimeoutSeconds)
+			return api.ExecResult{}, nil, failf("timeoutSeconds: %d is outside 1..%d (seconds); run a longer job in the background with its output redirected to a file (nohup cmd >/tmp/job.log 2>&1 &) and poll the file", t, MaxExecTimeoutSeconds)
 		}
 		req.TimeoutSeconds = t
 	}
 	res, err := s.c.Exec(ctx, s.agent, req)
 	if err != nil {
-		var ae *client.APIError
-		if errors.As(err, &ae) || neverSent(err) || ctx.Err() != nil || errors.Is(err, client.ErrAgentID) {
-			return client.ExecResult{}, nil, err
+		var ae *api.APIError
+		if errors.As(err, &ae) || neverSent(err) || ctx.Err() != nil || errors.Is(err, api.ErrAgentID) {
+			return api.ExecResult{}, nil, err
 		}
 		// The request may have reached the supervisor: the command may
 		// be running, or have run.
 		s.log.Warn("exec outcome lost", "err", err)
-		res = &client.ExecResult{
+		res = &api.ExecResult{
 			ExitCode: -1, Uncertain: true,
 			Advice: fmt.Sprintf("The command's result was lost: the supervisor did not answer (%v). %s", err, uncertainAdvice),
 		}
@@ -300,7 +300,7 @@ func (s *Server) exec(ctx context.Context, in execInput) (client.ExecResult, []s
 
 // execText is what the model reads of an exec: the exit code and markers
 // first, then the streams.
-func execText(r *client.ExecResult) string {
+func execText(r *api.ExecResult) string {
 	var b strings.Builder
 	switch {
 	case r.Uncertain:
@@ -352,23 +352,23 @@ func checkPath(p string) error {
 	return nil
 }
 
-func (s *Server) readFile(ctx context.Context, in readInput) (client.ReadFileResult, []string, error) {
+func (s *Server) readFile(ctx context.Context, in readInput) (api.ReadFileResult, []string, error) {
 	if err := checkPath(in.Path); err != nil {
-		return client.ReadFileResult{}, nil, err
+		return api.ReadFileResult{}, nil, err
 	}
-	req := client.ReadFileRequest{Path: in.Path}
+	req := api.ReadFileRequest{Path: in.Path}
 	if in.Offset != nil {
 		if *in.Offset < 0 {
-			return client.ReadFileResult{}, nil, failf("offset: %d must not be negative", *in.Offset)
+			return api.ReadFileResult{}, nil, failf("offset: %d must not be negative", *in.Offset)
 		}
 		req.Offset = *in.Offset
 	}
 	res, err := s.c.ReadFile(ctx, s.agent, req)
 	if err != nil {
-		return client.ReadFileResult{}, nil, err
+		return api.ReadFileResult{}, nil, err
 	}
 	if res.Truncated && res.NextOffset <= req.Offset {
-		return client.ReadFileResult{}, nil, failf("the supervisor marked %s truncated at offset %d without a later offset to continue from", in.Path, req.Offset)
+		return api.ReadFileResult{}, nil, failf("the supervisor marked %s truncated at offset %d without a later offset to continue from", in.Path, req.Offset)
 	}
 	n := utf8.RuneCountInString(res.Content)
 	switch {
@@ -382,36 +382,36 @@ func (s *Server) readFile(ctx context.Context, in readInput) (client.ReadFileRes
 	return *res, []string{res.Content}, nil
 }
 
-func (s *Server) writeFile(ctx context.Context, in writeInput) (client.WriteFileResult, []string, error) {
+func (s *Server) writeFile(ctx context.Context, in writeInput) (api.WriteFileResult, []string, error) {
 	if err := checkPath(in.Path); err != nil {
-		return client.WriteFileResult{}, nil, err
+		return api.WriteFileResult{}, nil, err
 	}
 	if !utf8.ValidString(in.Content) {
-		return client.WriteFileResult{}, nil, failf("content: not valid UTF-8")
+		return api.WriteFileResult{}, nil, failf("content: not valid UTF-8")
 	}
 	if n := utf8.RuneCountInString(in.Content); n > MaxWriteChars {
-		return client.WriteFileResult{}, nil, failf("content: %d characters, at most %d; write the file in parts (separate files joined with computer_exec, e.g. `cat part1 part2 > file`)", n, MaxWriteChars)
+		return api.WriteFileResult{}, nil, failf("content: %d characters, at most %d; write the file in parts (separate files joined with computer_exec, e.g. `cat part1 part2 > file`)", n, MaxWriteChars)
 	}
-	res, err := s.c.WriteFile(ctx, s.agent, client.WriteFileRequest{Path: in.Path, Content: in.Content})
+	res, err := s.c.WriteFile(ctx, s.agent, api.WriteFileRequest{Path: in.Path, Content: in.Content})
 	if err != nil {
-		return client.WriteFileResult{}, nil, err
+		return api.WriteFileResult{}, nil, err
 	}
 	sum := sha256.Sum256([]byte(in.Content))
 	want := hex.EncodeToString(sum[:])
 	if res.Bytes != int64(len(in.Content)) || res.SHA256 != want {
-		return client.WriteFileResult{}, nil, failf("the write to %s could not be verified: the computer reports %d bytes with sha256 %s, expected %d bytes with sha256 %s",
+		return api.WriteFileResult{}, nil, failf("the write to %s could not be verified: the computer reports %d bytes with sha256 %s, expected %d bytes with sha256 %s",
 			in.Path, res.Bytes, res.SHA256, len(in.Content), want)
 	}
 	return *res, []string{fmt.Sprintf("Wrote %s: %d bytes, sha256 %s, verified on the computer.", in.Path, res.Bytes, res.SHA256)}, nil
 }
 
-func (s *Server) stop(ctx context.Context, _ noInput) (client.Session, []string, error) {
+func (s *Server) stop(ctx context.Context, _ noInput) (api.Session, []string, error) {
 	x, err := s.c.Stop(ctx, s.agent)
 	if err != nil {
-		return client.Session{}, nil, err
+		return api.Session{}, nil, err
 	}
 	if x == nil {
-		return client.Session{}, []string{"The computer is stopped."}, nil
+		return api.Session{}, []string{"The computer is stopped."}, nil
 	}
 	text := fmt.Sprintf("Session %s is %s: its files and processes are discarded. computer_start begins a new, empty computer.", x.ID, x.State)
 	if x.Message != "" {

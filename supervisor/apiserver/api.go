@@ -1,7 +1,7 @@
-// Package api serves the supervisor's REST API (SPEC section 10) over a
+// Package apiserver serves the supervisor's REST API (SPEC section 10) over a
 // supervisor.Service: routing, the operator token, strict JSON decoding and
 // the error envelope.
-package api
+package apiserver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package api_test
+package apiserver_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -43,7 +43,7 @@ func (e *env) post(ctx context.Context, path, key string) (answer, error) {
 		return answer{}, err
 	}
 	defer resp.Body.Close()
-	a := answer{status: resp.StatusCode, replayed: resp.Header.Get(api.HeaderReplayed) == "true"}
+	a := answer{status: resp.StatusCode, replayed: resp.Header.Get(apiserver.HeaderReplayed) == "true"}
 	if a.body, err = io.ReadAll(resp.Body); err != nil {
 		return a, err
 	}

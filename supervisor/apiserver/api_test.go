@@ -1,4 +1,4 @@
-package api_test
+package apiserver_test
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/api"
+	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
@@ -77,7 +77,7 @@ func newEnvWith(t testing.TB, st store.Store) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(svc, opToken, log))
+	srv := httptest.NewServer(apiserver.New(svc, opToken, log))
 	t.Cleanup(func() {
 		srv.Close()
 		fp.Close()

@@ -1,4 +1,4 @@
-// Package client is a Go client for the supervisor's REST API: agents,
+// Package api is the supervisor's REST API as both sides speak it, and its Go client for the supervisor's REST API: agents,
 // computer connections, the five computer tools, usage and health.
 //
 // Every call that changes an agent's computer (the tool calls, stop,
@@ -11,7 +11,7 @@
 // while its context lives. Requests that are not safe to repeat (creating
 // an agent, connecting a provider) carry no key and are repeated only after
 // a 503 or when they never reached the supervisor.
-package client
+package api
 
 import (
 	"bytes"
