@@ -36,8 +36,9 @@ func TestLiveViewLent(t *testing.T) { lentLiveView(t, ":0") }
 
 // TestLiveViewLentForwarded is TestLiveViewLent with the supervisor's TURN
 // relay on loopback, which the lent computer cannot reach, as it cannot
-// reach a relay on another machine: the agent forwards a port on its
-// docker0 address to the relay and gives the computer that one.
+// reach a relay on another machine. In both, the agent forwards a port on
+// its docker0 address to the relay its owner named (--turn-relay) and
+// gives the computer that one.
 func TestLiveViewLentForwarded(t *testing.T) { lentLiveView(t, "127.0.0.1:0") }
 
 // lentRig is a supervisor with live view and the local provider, a relay
@@ -126,7 +127,7 @@ func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs .
 	agentDone := make(chan error, 1)
 	go func() {
 		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL,
+			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL, TURNRelay: d.TURNRelay(),
 			DataDir: adir, Socket: sock, Egress: lender.EgressOptions{Listen: ":0"},
 			Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: desktopImage},
 			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },
@@ -186,9 +187,10 @@ func lentLiveView(t *testing.T, turnListen string) {
 	supURL := s.url
 	sid := r.startLentDesktop(t, "lvl")
 
-	// The computer has the supervisor's TURN relay, and the agent opened
-	// its port to computers in the host firewall (the supervisor, with no
-	// docker provider, did not).
+	// The computer has the agent's own forwarder, never the supervisor's
+	// relay straight, and the agent opened the forwarder's port to
+	// computers in the host firewall (the supervisor, with no docker
+	// provider, did not).
 	hostPort := strings.Fields(s.exec("lvl", "echo $TURN_PUBLIC_HOST $TURN_PORT").Stdout)
 	if len(hostPort) != 2 {
 		t.Fatalf("TURN_PUBLIC_HOST and TURN_PORT in the lent computer: %q", hostPort)
@@ -197,9 +199,8 @@ func lentLiveView(t *testing.T, turnListen string) {
 	if err != nil || port == 0 {
 		t.Fatalf("TURN_PORT in the lent computer: %v", err)
 	}
-	forwarded := hostPort[0] != d.TURN.RelayIP().String()
-	if want := strings.HasPrefix(turnListen, "127."); forwarded != want {
-		t.Fatalf("the lent computer's relay is %v, the supervisor's on %v: forwarded %v, want %v", hostPort, d.TURN.RelayIP(), forwarded, want)
+	if got := net.JoinHostPort(hostPort[0], hostPort[1]); got == d.TURNRelay() {
+		t.Fatalf("the lent computer was given the supervisor's relay %s, not the agent's forwarder", got)
 	}
 	t.Cleanup(func() { docker.UnguardTURN(context.Background(), port) })
 	opened := func(proto string) error {
@@ -273,13 +274,11 @@ func lentLiveView(t *testing.T, turnListen string) {
 	}
 
 	// The agent closes its forwarder's port when it stops.
-	if forwarded {
-		s.must("POST", "/v1/agents/lvl/computer/stop", nil, 200, nil)
-		r.stopAgent()
-		for _, proto := range []string{"udp", "tcp"} {
-			if opened(proto) == nil {
-				t.Errorf("the forwarder's %s opening on port %d is still there after the agent stopped", proto, port)
-			}
+	s.must("POST", "/v1/agents/lvl/computer/stop", nil, 200, nil)
+	r.stopAgent()
+	for _, proto := range []string{"udp", "tcp"} {
+		if opened(proto) == nil {
+			t.Errorf("the forwarder's %s opening on port %d is still there after the agent stopped", proto, port)
 		}
 	}
 }
@@ -287,10 +286,9 @@ func lentLiveView(t *testing.T, turnListen string) {
 // BenchmarkLiveViewLent measures live view of desktops on lent machines
 // against a desktop of the docker provider (the baseline) in the same run:
 // the time from opening the viewer page to its first frame (the encoder
-// warm) and the capture-to-display latency, for a lent computer that
-// reaches the supervisor's TURN relay straight (on this machine's docker0
-// address) and one that reaches it through the lending agent's forwarder
-// (the relay on loopback, as out of reach as one on another machine).
+// warm) and the capture-to-display latency, for lent computers whose
+// agent forwards to the supervisor's TURN relay on this machine's docker0
+// address and on loopback (as out of reach as one on another machine).
 func BenchmarkLiveViewLent(b *testing.B) {
 	requireDocker(b, desktopImage)
 	requireChromium(b)

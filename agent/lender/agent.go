@@ -29,8 +29,12 @@ type AgentOptions struct {
 	// Insecure allows a plain ws:// RelayURL to a host that is not
 	// loopback (relayclient.Config.Insecure; --insecure).
 	Insecure bool
-	// SupervisorURL is shown in the status.
+	// SupervisorURL is shown in the status; live view of lent desktops
+	// goes to its host's TURN relay unless TURNRelay names one.
 	SupervisorURL string
+	// TURNRelay is the supervisor's TURN relay, host:port (--turn-relay),
+	// for a supervisor whose host is private or whose relay is elsewhere.
+	TURNRelay string
 	// DataDir holds the ledger, the settings and the control socket.
 	DataDir string
 	// Socket is the control socket's path; empty is DataDir/agent.sock,
@@ -104,7 +108,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	l, err := New(Config{
 		AgentID: o.AgentID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
 		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
-		OpenTURN: docker.OpenTURN, ForwardTURN: true, CloseTURN: docker.UnguardTURN,
+		OpenTURN: docker.OpenTURN, CloseTURN: docker.UnguardTURN, TURNRelay: o.TURNRelay,
 		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.AgentID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base

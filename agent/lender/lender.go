@@ -82,15 +82,18 @@ type Config struct {
 	// Egress is the agent's egress proxy; nil gives computers no proxy
 	// (they then have no way out).
 	Egress *Egress
-	// OpenTURN, when set, opens the live-view TURN port (the TURN_PORT the
-	// supervisor gives a desktop computer) to computers in the host
-	// firewall before a desktop computer starts (docker.OpenTURN).
+	// OpenTURN, when set, opens the TURN forwarder's port (one the agent
+	// picks) to computers in the host firewall before a desktop computer
+	// starts (docker.OpenTURN). CloseTURN closes it when the lender closes
+	// (docker.UnguardTURN).
 	OpenTURN func(ctx context.Context, port int) error
-	// ForwardTURN forwards a port on TURNForwardHost (default: the docker0
-	// address) to the supervisor's TURN relay for desktop computers when
-	// the relay is not on this machine; CloseTURN closes that port in the
-	// host firewall when the lender closes (docker.UnguardTURN).
-	ForwardTURN     bool
+	// TURNRelay is the TURN relay live view of lent desktops goes to,
+	// host:port, as the owner configured it (berth agent run --turn-relay).
+	// Empty: the paired supervisor's host, at the port the supervisor names,
+	// when that host is a public address (liveview.go).
+	TURNRelay string
+	// TURNForwardHost is where the forwarder listens; empty is the docker0
+	// address.
 	TURNForwardHost string
 	CloseTURN       func(ctx context.Context, port int) error
 }

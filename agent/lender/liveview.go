@@ -1,62 +1,165 @@
 package lender
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/berthdev/berth/egress"
 
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
 
 // Live view of a lent desktop computer. The supervisor signals to the
-// computer's computerd through the relay link, like every other call, and
-// gives the computer TURN_PUBLIC_HOST and TURN_PORT, its TURN relay; the
-// agent opens that port to its computers in the host firewall. The owner
-// watches through the supervisor's viewer page too: each desktop session
-// of the control API carries an owner link, which the agent derives from
-// the computer's token as it passes through (lending.OwnerViewKey).
+// computer's computerd through the relay link, like every other call. The
+// computer reaches a TURN relay only through the agent's own forwarder on
+// the docker0 address, at a port the agent picks and alone opens in the
+// host firewall; the forwarder connects to the relay the owner configured
+// (Config.TURNRelay), or else to the paired supervisor's own host. The
+// supervisor's request says only that it wants live view and, in the
+// second case, at which port of its host: the TURN_PUBLIC_HOST it names is
+// never dialled and no port it names is ever opened. The owner watches
+// through the supervisor's viewer page too: each desktop session of the
+// control API carries an owner link, which the agent derives from the
+// computer's token as it passes through (lending.OwnerViewKey).
 
-// Variables the supervisor names its TURN relay in.
+// Variables the supervisor names its TURN relay in, and the computer
+// finds the forwarder in.
 const (
 	envTURNHost = "TURN_PUBLIC_HOST"
 	envTURNPort = "TURN_PORT"
 )
 
-// liveViewEnv readies a desktop computer's way to the supervisor's TURN
-// relay and returns its environment. A relay on this machine is reached
-// straight; one elsewhere (or on loopback) through the agent's forwarder
-// on the docker0 address, whose address replaces the supervisor's in env
-// (with Config.ForwardTURN). The port computers use is opened to them in
-// the host firewall. A failure leaves the computer without live view, not
-// without a start.
+// liveViewEnv readies a desktop computer's way to a TURN relay and returns
+// its environment, the forwarder's address replacing the supervisor's. A
+// failure leaves the computer without live view (and without the
+// supervisor's TURN variables), not without a start.
 func (l *Lender) liveViewEnv(ctx context.Context, r lending.CreateRequest, env map[string]string) map[string]string {
-	if r.Image != providers.ImageDesktop || env[envTURNPort] == "" {
+	if env[envTURNPort] == "" && env[envTURNHost] == "" {
 		return env
 	}
-	host := env[envTURNHost]
-	port, err := strconv.Atoi(env[envTURNPort])
-	if err != nil || port < 1 || port > 65535 || host == "" {
-		l.log.Warn("desktop computer with a bad TURN_PUBLIC_HOST or TURN_PORT; no live view", "computer", r.ComputerID, "host", host, "port", env[envTURNPort])
+	named := net.JoinHostPort(env[envTURNHost], env[envTURNPort])
+	delete(env, envTURNHost)
+	delete(env, envTURNPort)
+	if r.Image != providers.ImageDesktop {
 		return env
 	}
-	if l.cfg.ForwardTURN && !reachableFromComputers(host) {
-		f, err := l.forwardTURN(net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			l.log.Warn("could not forward TURN for a desktop computer; no live view", "computer", r.ComputerID, "err", err)
-			return env
-		}
-		env[envTURNHost], env[envTURNPort] = f.host, strconv.Itoa(f.port)
-		port = f.port
+	port, err := strconv.Atoi(named[strings.LastIndexByte(named, ':')+1:])
+	if err != nil || port < 1 || port > 65535 {
+		l.log.Warn("desktop computer with a bad TURN_PORT; no live view", "computer", r.ComputerID, "named", named)
+		return env
 	}
+	target, err := l.turnTarget(port)
+	if err != nil {
+		l.log.Warn("no live view for a lent desktop", "computer", r.ComputerID, "err", err)
+		return env
+	}
+	if target.String() != named {
+		l.log.Debug("TURN relay named by the supervisor not used", "computer", r.ComputerID, "named", named, "relay", target)
+	}
+	f, err := l.forwardTURN(target.String())
+	if err != nil {
+		l.log.Warn("could not forward TURN for a desktop computer; no live view", "computer", r.ComputerID, "err", err)
+		return env
+	}
+	env[envTURNHost], env[envTURNPort] = f.host, strconv.Itoa(f.port)
 	if l.cfg.OpenTURN != nil {
-		if err := l.cfg.OpenTURN(ctx, port); err != nil {
-			l.log.Warn("could not open the TURN port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", port, "err", err)
+		if err := l.cfg.OpenTURN(ctx, f.port); err != nil {
+			l.log.Warn("could not open the TURN forwarder's port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", f.port, "err", err)
 		}
 	}
 	return env
+}
+
+// turnTarget is where the forwarder connects: Config.TURNRelay as the
+// owner gave it, or the paired supervisor's host at port. Names are
+// resolved once, on first use. The supervisor's host must be a public
+// address (not in the egress proxy's blocked ranges, not one of this
+// machine's): a supervisor on a private network needs --turn-relay, the
+// owner's explicit word.
+func (l *Lender) turnTarget(port int) (netip.AddrPort, error) {
+	l.turn.mu.Lock()
+	defer l.turn.mu.Unlock()
+	if !l.turn.resolved {
+		l.turn.resolved = true
+		l.turn.relay, l.turn.relayPort, l.turn.relayErr = l.resolveTURNRelay()
+	}
+	if l.turn.relayErr != nil {
+		return netip.AddrPort{}, l.turn.relayErr
+	}
+	if l.turn.relayPort != 0 {
+		port = l.turn.relayPort
+	}
+	return netip.AddrPortFrom(l.turn.relay, uint16(port)), nil
+}
+
+func (l *Lender) resolveTURNRelay() (netip.Addr, int, error) {
+	if hp := l.cfg.TURNRelay; hp != "" {
+		host, ps, err := net.SplitHostPort(hp)
+		port, perr := strconv.Atoi(ps)
+		if err != nil || perr != nil || port < 1 || port > 65535 || host == "" {
+			return netip.Addr{}, 0, fmt.Errorf("TURN relay %q: want host:port", hp)
+		}
+		a, err := resolveOne(host)
+		if err != nil {
+			return netip.Addr{}, 0, fmt.Errorf("TURN relay %q: %w", hp, err)
+		}
+		return a, port, nil
+	}
+	u, err := url.Parse(l.cfg.Pairing.URL)
+	if err != nil || u.Hostname() == "" {
+		return netip.Addr{}, 0, errors.New("not paired with a supervisor URL, and no --turn-relay")
+	}
+	a, err := resolveOne(u.Hostname())
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("the paired supervisor's host %s: %w", u.Hostname(), err)
+	}
+	if egress.Blocked(a, nil) || ownAddress(a) {
+		return netip.Addr{}, 0, fmt.Errorf("the paired supervisor's host %s is %s, a private address or this machine's own; "+
+			"name its TURN relay with --turn-relay HOST:PORT", u.Hostname(), a)
+	}
+	return a, 0, nil
+}
+
+// resolveOne resolves host to one address, IPv4 first, within 10 seconds.
+func resolveOne(host string) (netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap(), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(as) == 0 {
+		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, cmp.Or(err, errors.New("no address")))
+	}
+	for _, a := range as {
+		if a.Unmap().Is4() {
+			return a.Unmap(), nil
+		}
+	}
+	return as[0], nil
+}
+
+// ownAddress reports whether a is one of this machine's addresses.
+func ownAddress(a netip.Addr) bool {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // unknown: treat as our own
+	}
+	for _, ia := range as {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a.Unmap() {
+			return true
+		}
+	}
+	return false
 }
 
 // viewURL is the owner link of a desktop session at the paired

@@ -2,8 +2,11 @@ package lender
 
 import (
 	"context"
+	"net"
 	"net/http/httptest"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +17,12 @@ import (
 	"github.com/berthdev/berth/providers"
 )
 
-// TestDesktopViewURLAndTURN: a desktop computer's start opens its
-// TURN_PORT in the host firewall (a headless one's does not, nor does a bad
-// port), and its session carries the owner link once the supervisor's
-// token has passed through the agent, a headless one never.
+// TestDesktopViewURLAndTURN: a desktop computer's start opens the agent's
+// own TURN forwarder port in the host firewall and gives the computer the
+// forwarder, never the relay or the port the supervisor named (a headless
+// computer's start opens nothing, nor does a bad port), and its session
+// carries the owner link once the supervisor's token has passed through
+// the agent, a headless one never.
 func TestDesktopViewURLAndTURN(t *testing.T) {
 	requireDocker(t)
 	ctx := testContext(t, 2*time.Minute)
@@ -32,11 +37,13 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 		return nil
 	}
 	r.l.cfg.Pairing.URL = "https://berth.example.com/"
+	r.l.cfg.TURNRelay = "127.0.0.1:3478"
 
+	// A hostile supervisor names this machine's docker0 address and SSH.
 	desk, tok := request("agent-d")
-	desk.Image, desk.Env = providers.ImageDesktop, map[string]string{"TURN_PUBLIC_HOST": "172.17.0.1", "TURN_PORT": "34780"}
-	head, _ := request("agent-h")
-	head.Env = map[string]string{"TURN_PORT": "34781"}
+	desk.Image, desk.Env = providers.ImageDesktop, map[string]string{"TURN_PUBLIC_HOST": "172.17.0.1", "TURN_PORT": "22"}
+	head, headTok := request("agent-h")
+	head.Env = map[string]string{"TURN_PUBLIC_HOST": "172.17.0.1", "TURN_PORT": "34781"}
 	bad, _ := request("agent-b")
 	bad.Image, bad.Env = providers.ImageDesktop, map[string]string{"TURN_PORT": "70000"}
 	destroyAll(t, desk.ComputerID, head.ComputerID, bad.ComputerID)
@@ -45,11 +52,23 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 			t.Fatalf("create %s: %v", req.Image, err)
 		}
 	}
+	r.l.turn.mu.Lock()
+	f := r.l.turn.fwd
+	r.l.turn.mu.Unlock()
+	if f == nil {
+		t.Fatal("no TURN forwarder for the desktop computer")
+	}
+	f.mu.Lock()
+	target := f.target
+	f.mu.Unlock()
+	if target != "127.0.0.1:3478" {
+		t.Errorf("the forwarder connects to %s, want the owner's 127.0.0.1:3478", target)
+	}
 	mu.Lock()
 	got := slices.Clone(opened)
 	mu.Unlock()
-	if !slices.Equal(got, []int{34780}) {
-		t.Errorf("TURN ports opened: %v, want only the desktop's 34780", got)
+	if !slices.Equal(got, []int{f.port}) || f.port == 22 {
+		t.Errorf("TURN ports opened: %v, want only the forwarder's %d", got, f.port)
 	}
 
 	viewURL := func(id string) string {
@@ -73,5 +92,23 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	}
 	if u := viewURL(head.ComputerID); u != "" {
 		t.Errorf("a headless session's viewUrl: %q, want none", u)
+	}
+
+	// The desktop has the forwarder; the headless computer no TURN at all.
+	env := func(id, tok string) string {
+		t.Helper()
+		c := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
+		waitHealthy(t, ctx, c)
+		x, err := c.Exec(ctx, computerd.ExecRequest{Command: `echo "$TURN_PUBLIC_HOST:$TURN_PORT"`, TimeoutMs: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(x.Stdout)
+	}
+	if got, want := env(desk.ComputerID, tok), net.JoinHostPort(f.host, strconv.Itoa(f.port)); got != want {
+		t.Errorf("the desktop's TURN relay: %q, want the forwarder %q", got, want)
+	}
+	if got := env(head.ComputerID, headTok); got != ":" {
+		t.Errorf("the headless computer's TURN variables: %q, want none", got)
 	}
 }

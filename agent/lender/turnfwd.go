@@ -15,14 +15,13 @@ import (
 )
 
 // A lent computer's network is internal: from it, only this machine's own
-// addresses are reachable (through the network's gateway). When the
-// supervisor's TURN relay is elsewhere (TURN_PUBLIC_HOST is not one of this
-// machine's non-loopback addresses), the agent forwards a port on its
-// docker0 address, UDP and TCP, to that relay, and gives desktop computers
-// the forwarder's address instead. The forwarder reaches nothing but the
-// relay the supervisor named, and the relay sees the agent as the TURN
-// client; TURN's integrity checks do not cover transport addresses, so
-// credentials, allocations and permissions are the computer's own.
+// addresses are reachable (through the network's gateway). The agent
+// forwards a port on its docker0 address, UDP and TCP, to the TURN relay
+// (liveview.go says which) and gives desktop computers the forwarder's
+// address. The forwarder reaches nothing but that relay, and the relay sees
+// the agent as the TURN client; TURN's integrity checks do not cover
+// transport addresses, so credentials, allocations and permissions are the
+// computer's own.
 
 // Bounds of the TURN forwarder.
 const (
@@ -37,6 +36,11 @@ type turnState struct {
 	mu     sync.Mutex
 	fwd    *turnForward
 	closed bool
+	// The relay, resolved on first use (turnTarget).
+	resolved  bool
+	relay     netip.Addr
+	relayPort int // Config.TURNRelay's port; 0 takes the supervisor's
+	relayErr  error
 }
 
 // turnForward forwards UDP and TCP on one port to the relay at target.
@@ -260,26 +264,6 @@ func (f *turnForward) close() {
 	f.pc.Close()
 	f.ln.Close()
 	f.wg.Wait()
-}
-
-// reachableFromComputers reports whether host is one of this machine's
-// non-loopback addresses, which lent computers reach through their
-// network's gateway.
-func reachableFromComputers(host string) bool {
-	ip, err := netip.ParseAddr(host)
-	if err != nil || ip.IsLoopback() || ip.IsUnspecified() {
-		return false
-	}
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range as {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == ip.Unmap() {
-			return true
-		}
-	}
-	return false
 }
 
 // forwardTURN returns the forwarder to target, starting it on the docker0

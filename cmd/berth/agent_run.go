@@ -38,7 +38,7 @@ func defaultAgentData() string {
 }
 
 func newAgentRunCmd() *cobra.Command {
-	var data, socket, relayURL, logLevel string
+	var data, socket, relayURL, turnRelay, logLevel string
 	var insecure bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -96,7 +96,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
-				AgentID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL,
+				AgentID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay,
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",
@@ -110,6 +110,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 	f.StringVar(&socket, "socket", "", "the control socket's path (default: DATA/"+control.SocketName+")")
 	f.StringVar(&relayURL, "relay", "", "the relay's websocket URL (default: the one named at pairing)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&turnRelay, "turn-relay", "", "the supervisor's TURN relay for live view of lent desktops, HOST:PORT (default: the supervisor's own host, when public)")
 	f.BoolVar(&insecure, "insecure", false, "allow a plain ws:// relay URL to a host that is not loopback (the token travels unencrypted)")
 	return cmd
 }
