@@ -28,6 +28,7 @@
 package egress
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -113,6 +114,12 @@ type Config struct {
 	LookupTimeout time.Duration
 	// DialTimeout bounds one outbound connection attempt.
 	DialTimeout time.Duration
+	// MaxTunnelsPerComputer bounds the tunnels one computer holds open at
+	// once (default DefaultMaxTunnelsPerComputer); MaxTunnels bounds them
+	// in all (default DefaultMaxTunnels). A CONNECT past either is
+	// refused with VerdictTooMany.
+	MaxTunnelsPerComputer int
+	MaxTunnels            int
 }
 
 // Verdict is the outcome of one connection, and the value of HeaderRefused
@@ -130,6 +137,7 @@ const (
 	VerdictAbuseMining     Verdict = "abuse-mining"     // 403: mining port, or tunnel closed on a stratum login, with Abuse
 	VerdictDNSFailure      Verdict = "dns-failure"      // 502: the name did not resolve
 	VerdictUpstreamFailure Verdict = "upstream-failure" // 502: the checked address could not be reached
+	VerdictTooMany         Verdict = "too-many-tunnels" // 429: the computer, or the proxy, holds its most tunnels
 )
 
 func (v Verdict) status() int {
@@ -140,6 +148,8 @@ func (v Verdict) status() int {
 		return http.StatusBadRequest
 	case VerdictDNSFailure, VerdictUpstreamFailure:
 		return http.StatusBadGateway
+	case VerdictTooMany:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusForbidden
 }
@@ -163,6 +173,8 @@ func (v Verdict) message() string {
 		return "egress proxy: the host name did not resolve"
 	case VerdictUpstreamFailure:
 		return "egress proxy: the host could not be reached"
+	case VerdictTooMany:
+		return "egress proxy: too many open tunnels; close some first"
 	}
 	return "egress proxy: refused"
 }
@@ -216,6 +228,8 @@ type Proxy struct {
 	clock     clock.Clock
 	transport *http.Transport
 
+	slots tunnelSlots
+
 	mu       sync.Mutex
 	verdicts map[Verdict]uint64
 	active   atomic.Int64
@@ -254,9 +268,11 @@ func New(cfg Config) (*Proxy, error) {
 			*d.v = d.def
 		}
 	}
-	if cfg.MaxHeaderBytes < 0 {
-		return nil, fmt.Errorf("%w: negative MaxHeaderBytes", ErrConfig)
+	if cfg.MaxHeaderBytes < 0 || cfg.MaxTunnelsPerComputer < 0 || cfg.MaxTunnels < 0 {
+		return nil, fmt.Errorf("%w: negative MaxHeaderBytes, MaxTunnelsPerComputer or MaxTunnels", ErrConfig)
 	}
+	cfg.MaxTunnelsPerComputer = cmp.Or(cfg.MaxTunnelsPerComputer, DefaultMaxTunnelsPerComputer)
+	cfg.MaxTunnels = cmp.Or(cfg.MaxTunnels, DefaultMaxTunnels)
 	if cfg.MaxHeaderBytes == 0 {
 		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -272,6 +288,7 @@ func New(cfg Config) (*Proxy, error) {
 		log:      cfg.Logger.With("component", "egress"),
 		clock:    cfg.Clock,
 		verdicts: map[Verdict]uint64{},
+		slots:    tunnelSlots{perComputer: cfg.MaxTunnelsPerComputer, total: cfg.MaxTunnels},
 	}
 	p.errLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.transport = &http.Transport{
@@ -420,6 +437,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	target := netip.AddrPortFrom(addr, port)
 	if r.Method == http.MethodConnect {
+		if !p.slots.take(id) {
+			p.refuse(w, r, rec, VerdictTooMany)
+			return
+		}
+		defer p.slots.give(id)
 		p.tunnel(w, r, rec, target)
 		return
 	}
