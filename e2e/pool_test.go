@@ -148,7 +148,16 @@ func TestWarmPoolNoLeaks(t *testing.T) {
 	if x := s.exec("leak1", "for i in $(seq 50); do n=$(ps -o args | grep -c '^sleep 1000'); [ $n = 1 ] && break; sleep 0.1; done; echo $n"); strings.TrimSpace(x.Stdout) != "1" {
 		t.Fatalf("session 1 background process not running: %+v", x)
 	}
+	if _, ok := s.d.Service.EgressAuth(first.ComputerID, pass1); !ok {
+		t.Fatal("session 1's proxy credentials refused while it runs")
+	}
 	s.must("POST", "/v1/agents/leak1/computer/stop", nil, 200, nil)
+	// Its credentials die with the session (within the 5 s the proxy
+	// remembers an answer).
+	waitFor(t, 15*time.Second, "session 1's proxy credentials refused", func() bool {
+		_, ok := s.d.Service.EgressAuth(first.ComputerID, pass1)
+		return !ok
+	})
 
 	// The next sessions, of the same agent and of another, come from the pool too.
 	for i, agent := range []string{"leak1", "leak2"} {

@@ -7,7 +7,6 @@ package supervisor
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -86,6 +85,8 @@ type Service struct {
 	clk  clock.Clock
 	log  *slog.Logger
 	http *http.Client
+
+	egress egressAuth // which computers may use the egress proxy (egressauth.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu
@@ -293,13 +294,6 @@ func (s *Service) computerEnv(computerID string) map[string]string {
 		env["NO_PROXY"], env["no_proxy"] = "", ""
 	}
 	return env
-}
-
-// EgressAuth checks egress proxy credentials: the user is a computer id and
-// the password that computer's egress token.
-func (s *Service) EgressAuth(user, pass string) (string, bool) {
-	want := s.cfg.Tokens.Derive(token.Egress, user)
-	return user, user != "" && subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
 }
 
 func (s *Service) agentErr(agent string, err error) error {

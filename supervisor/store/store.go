@@ -138,6 +138,9 @@ type Store interface {
 	Reserve(ctx context.Context, r Reservation) (Session, error)
 	// LiveSession returns the agent's live session, or ErrNotFound.
 	LiveSession(ctx context.Context, agentID string) (Session, error)
+	// LiveComputer returns the live session whose computer is computerID,
+	// or ErrNotFound.
+	LiveComputer(ctx context.Context, computerID string) (Session, error)
 	GetSession(ctx context.Context, id string) (Session, error)
 	// UpdateSession writes s if the stored state is still from; it returns
 	// ErrStale when another writer moved the session on.

@@ -414,6 +414,15 @@ func (s *Store) LiveSession(ctx context.Context, agentID string) (store.Session,
 	return x, err
 }
 
+// LiveComputer implements store.Store.
+func (s *Store) LiveComputer(ctx context.Context, computerID string) (store.Session, error) {
+	x, err := scanSession(s.db.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE computer_id = ? AND state IN `+liveStates+` LIMIT 1`), computerID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return x, fmt.Errorf("live session of computer %s: %w", computerID, store.ErrNotFound)
+	}
+	return x, err
+}
+
 // GetSession implements store.Store.
 func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
 	x, err := scanSession(s.db.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE id = ?`), id))

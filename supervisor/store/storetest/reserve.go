@@ -51,6 +51,24 @@ func testReserveGrantsLease(t *testing.T, s store.Store) {
 
 	_, err = s.LiveSession(ctx, "a3")
 	wantErr(t, err, store.ErrNotFound, "live session of an unknown agent")
+
+	// The live session of a computer; none once it has ended.
+	byComputer, err := s.LiveComputer(ctx, "c-s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSession(byComputer, want); d != "" {
+		t.Errorf("LiveComputer: %s", d)
+	}
+	_, err = s.LiveComputer(ctx, "c-nope")
+	wantErr(t, err, store.ErrNotFound, "live session of an unknown computer")
+	ended := byComputer
+	ended.State, ended.EndedAt = store.StateStopped, now.Add(time.Minute)
+	if err := s.UpdateSession(ctx, ended, store.StateStarting); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.LiveComputer(ctx, "c-s1")
+	wantErr(t, err, store.ErrNotFound, "live session of an ended computer")
 	_, err = s.GetSession(ctx, "nope")
 	wantErr(t, err, store.ErrNotFound, "unknown session")
 }
