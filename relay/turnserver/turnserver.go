@@ -51,8 +51,15 @@ type Config struct {
 	UserQuota int
 	// MaxAllocations bounds all allocations together (default 1024).
 	MaxAllocations int
-	Clock          clock.Clock
-	Logger         *slog.Logger
+	// MaxConns bounds the TCP and TLS connections in all, MaxConnsPerIP
+	// those from one address (defaults DefaultMaxConns and
+	// DefaultMaxConnsPerIP). A connection that sends nothing for
+	// FirstByteTimeout after it opens, or for IdleTimeout later, is closed
+	// (defaults DefaultFirstByteTimeout and DefaultIdleTimeout).
+	MaxConns, MaxConnsPerIP       int
+	FirstByteTimeout, IdleTimeout time.Duration
+	Clock                         clock.Clock
+	Logger                        *slog.Logger
 }
 
 // Server is a running TURN server.
@@ -61,6 +68,7 @@ type Server struct {
 	log    *slog.Logger
 	turn   *turn.Server
 	relays *relays
+	conns  *connLimits
 
 	mu     sync.Mutex
 	users  map[string]int // allocations by credential id
@@ -87,6 +95,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxAllocations <= 0 {
 		cfg.MaxAllocations = defaultMaxAllocations
 	}
+	cfg.MaxConns = cmp.Or(max(cfg.MaxConns, 0), DefaultMaxConns)
+	cfg.MaxConnsPerIP = cmp.Or(max(cfg.MaxConnsPerIP, 0), DefaultMaxConnsPerIP)
+	cfg.FirstByteTimeout = cmp.Or(max(cfg.FirstByteTimeout, 0), DefaultFirstByteTimeout)
+	cfg.IdleTimeout = cmp.Or(max(cfg.IdleTimeout, 0), DefaultIdleTimeout)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
@@ -116,7 +128,9 @@ func New(cfg Config) (*Server, error) {
 	for _, pc := range cfg.PacketConns {
 		sc.PacketConnConfigs = append(sc.PacketConnConfigs, turn.PacketConnConfig{PacketConn: pc, RelayAddressGenerator: gen, PermissionHandler: perm})
 	}
+	s.conns = &connLimits{max: cfg.MaxConns, perIP: cfg.MaxConnsPerIP, firstByte: cfg.FirstByteTimeout, idle: cfg.IdleTimeout, byIP: map[netip.Addr]int{}}
 	for _, ln := range cfg.Listeners {
+		ln = limitedListener{Listener: ln, l: s.conns}
 		sc.ListenerConfigs = append(sc.ListenerConfigs, turn.ListenerConfig{Listener: ln, RelayAddressGenerator: gen, PermissionHandler: perm})
 	}
 	ts, err := turn.NewServer(sc)
@@ -136,6 +150,14 @@ func (s *Server) Allocations() int { return s.turn.AllocationCount() }
 // Denied counts refused permissions and relayed packets dropped because
 // their peer was not one of the server's relays.
 func (s *Server) Denied() int64 { return s.denied.Load() }
+
+// Conns returns the open TCP and TLS connections, and how many were
+// refused at the limits and closed for silence since the start.
+func (s *Server) Conns() (open int, refused, timedOut int64) {
+	s.conns.mu.Lock()
+	defer s.conns.mu.Unlock()
+	return s.conns.n, s.conns.refused, s.conns.timedOut
+}
 
 // RelayIP returns the address relays are announced with.
 func (s *Server) RelayIP() netip.Addr { return s.cfg.RelayIP }
