@@ -84,6 +84,13 @@ type ErrorBody struct {
 	Error *Error `json:"error"`
 }
 
+// The most a supervisor reads of a lender's answer: one computer or the
+// state, and the list of computers.
+const (
+	MaxAnswerBytes = 1 << 20
+	MaxListBytes   = 16 << 20
+)
+
 // Sizes a supervisor may ask for and an owner may allow per computer.
 const (
 	MinCPUs     = 0.1

@@ -259,7 +259,7 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 		return providers.Machine{}, l.lenderError(id, spec.ComputerID, resp)
 	}
 	var c lending.Computer
-	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, lending.MaxAnswerBytes)).Decode(&c); err != nil {
 		return providers.Machine{}, fmt.Errorf("create computer %s on lender %s: %w: answer: %v", spec.ComputerID, id, providers.ErrUnavailable, err)
 	}
 	m := providers.Machine{
@@ -353,7 +353,7 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 		return nil, fmt.Errorf("list lender %s: %w: answer %d: %s", id, providers.ErrUnavailable, resp.StatusCode, e.Message)
 	}
 	var cs []lending.Computer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&cs); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, lending.MaxListBytes)).Decode(&cs); err != nil {
 		return nil, fmt.Errorf("list lender %s: %w: %v", id, providers.ErrUnavailable, err)
 	}
 	out := make([]providers.Machine, 0, len(cs))
