@@ -23,7 +23,28 @@ const (
 	InstanceTTL = 10 * time.Second
 	// maxCallWait bounds how long a duplicate waits for the first call.
 	maxCallWait = 10 * time.Minute
+	// MaxKeptOutcome bounds the answer kept for a call's retries. A larger
+	// one (an exec's two 8 MiB streams, escaped) is answered to the first
+	// call and replaced, for retries, by CodeOutcomeNotKept.
+	MaxKeptOutcome = 32 << 20
 )
+
+// CodeOutcomeNotKept answers a retry whose first call's answer was larger
+// than MaxKeptOutcome.
+const CodeOutcomeNotKept = "outcome_not_kept"
+
+// kept is what the store keeps of out for retries.
+func kept(out Outcome) Outcome {
+	if len(out.Body) <= MaxKeptOutcome {
+		return out
+	}
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{
+		"code": CodeOutcomeNotKept,
+		"message": fmt.Sprintf("the first call with this Idempotency-Key ended (status %d), but its answer of %d bytes was over the %d kept for retries",
+			out.Status, len(out.Body), MaxKeptOutcome),
+	}})
+	return Outcome{Status: http.StatusConflict, Body: body}
+}
 
 // Outcome is a tool call's answer as the API sends it.
 type Outcome struct {
@@ -71,7 +92,8 @@ func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req a
 	// The call runs to its end even when the client goes away, so that a
 	// retry gets its outcome instead of an unknown.
 	out = run(context.WithoutCancel(ctx))
-	if err := s.st.FinishCall(context.WithoutCancel(ctx), c.Key, s.instance, out.Status, out.Body, s.clk.Now()); err != nil {
+	k := kept(out)
+	if err := s.st.FinishCall(context.WithoutCancel(ctx), c.Key, s.instance, k.Status, k.Body, s.clk.Now()); err != nil {
 		s.log.Error("record call outcome", "key", c.Key, "err", err)
 	}
 	return out, false, nil
@@ -120,7 +142,8 @@ func (s *Service) takeOver(ctx context.Context, c store.Call, run func(context.C
 	} else {
 		out = run(context.WithoutCancel(ctx))
 	}
-	err := s.st.FinishCall(ctx, c.Key, c.Owner, out.Status, out.Body, s.clk.Now())
+	k := kept(out)
+	err := s.st.FinishCall(ctx, c.Key, c.Owner, k.Status, k.Body, s.clk.Now())
 	if errors.Is(err, store.ErrStale) {
 		// Another waiter settled it first: answer what it stored.
 		got, gerr := s.st.GetCall(ctx, c.Key)
