@@ -50,4 +50,9 @@ type Pairing interface {
 	// CompanionByTokenHash returns the companion whose token hashes to
 	// tokenHash, or ErrNotFound.
 	CompanionByTokenHash(ctx context.Context, tokenHash string) (Companion, error)
+	// Companions lists every companion, oldest first.
+	Companions(ctx context.Context) ([]Companion, error)
+	// DeleteCompanion removes a companion, so that its token is refused;
+	// ErrNotFound when there is none.
+	DeleteCompanion(ctx context.Context, id string) error
 }

@@ -160,6 +160,7 @@ type Store interface {
 
 	Calls
 	Pairing
+	Keys
 	Pool
 	Seats
 	Close() error

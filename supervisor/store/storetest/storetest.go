@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Meta", testMeta},
 		{"ConcurrentReserve", testConcurrentReserve},
 		{"ConcurrentBeginCall", testConcurrentBeginCall},
+		{"Keys", testKeys}, {"Audit", testAudit}, {"Companions", testCompanions},
 		{"Pairing", testPairing}, {"PairCodeExpiry", testPairCodeExpiry}, {"ConcurrentRedeem", testConcurrentRedeem},
 		{"Pool", testPool}, {"ConcurrentPoolClaim", testConcurrentPoolClaim},
 		{"SeatLimit", testSeatLimit}, {"SeatExpiry", testSeatExpiry}, {"SeatRenewLeave", testSeatRenewLeave},
