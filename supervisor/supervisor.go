@@ -204,13 +204,6 @@ type ConnectRequest struct {
 	Image        string            `json:"image,omitempty"`
 }
 
-// CredentialChecker is a provider that validates a connection's credentials
-// before they are stored (it does not call the provider: the first start
-// proves them).
-type CredentialChecker interface {
-	CheckCredentials(map[string]string) error
-}
-
 // Connect attaches a provider to an agent.
 func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connection, error) {
 	var c store.Connection
@@ -244,7 +237,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if r.Image != providers.ImageHeadless && r.Image != providers.ImageDesktop {
 		return c, badRequest("image: %q must be %q or %q", r.Image, providers.ImageHeadless, providers.ImageDesktop)
 	}
-	if cc, ok := p.(CredentialChecker); ok {
+	if cc, ok := p.(providers.CredentialChecker); ok {
 		if err := cc.CheckCredentials(r.Credentials); err != nil {
 			return c, badRequest("credentials: %v", err)
 		}
