@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
@@ -274,18 +274,12 @@ func credentialsAD(agent string) string { return "connection/" + agent }
 // computerEnv is the environment of a new computer: the configured
 // variables, then the egress proxy with the computer's own credentials.
 func (s *Service) computerEnv(computerID string) map[string]string {
-	env := make(map[string]string, len(s.cfg.ComputerEnv)+5)
-	for k, v := range s.cfg.ComputerEnv {
-		env[k] = v
+	if s.cfg.EgressAddr == "" {
+		env := make(map[string]string, len(s.cfg.ComputerEnv))
+		maps.Copy(env, s.cfg.ComputerEnv)
+		return env
 	}
-	if s.cfg.EgressAddr != "" {
-		u := (&url.URL{Scheme: "http", User: url.UserPassword(computerID, s.cfg.Tokens.Derive(token.Egress, computerID)), Host: s.cfg.EgressAddr}).String()
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-			env[k] = u
-		}
-		env["NO_PROXY"], env["no_proxy"] = "", ""
-	}
-	return env
+	return egress.ProxyEnv(s.cfg.ComputerEnv, s.cfg.EgressAddr, computerID, s.cfg.Tokens.Derive(token.Egress, computerID))
 }
 
 // EgressAuth checks egress proxy credentials: the user is a computer id and
