@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/berthdev/berth/egress"
 )
 
 // Labels Berth puts on every machine it creates, so that reconciliation and
@@ -184,9 +186,6 @@ type Describer interface {
 	Describe() Description
 }
 
-// proxyVars are the egress proxy's variables in a computer's environment.
-var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
-
 // PoolMaxWait is the longest a computer or network made ahead of time
 // (a warm pool's, a network holder) waits before its maker replaces it.
 // Such a machine's lifetime covers that wait and one lease after it.
@@ -210,16 +209,10 @@ func (s Spec) ExpiresAt(now time.Time) string {
 	return now.Add(s.Lease + LeaseGrace).UTC().Format(time.RFC3339)
 }
 
-// HostedEnv returns env without the egress proxy's variables: a hosted
+// HostedEnv returns env without the egress proxy's variables
+// (egress.ProxyVars): a hosted
 // computer uses its provider's own network, where the supervisor's egress
 // proxy is neither reachable nor wanted (SPEC section 5).
 func HostedEnv(env map[string]string) map[string]string {
-	out := make(map[string]string, len(env))
-	for k, v := range env {
-		out[k] = v
-	}
-	for _, k := range proxyVars {
-		delete(out, k)
-	}
-	return out
+	return egress.WithoutProxyEnv(env)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/internal/warmpool"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -25,17 +26,8 @@ type Pooler interface {
 	MemInfo() (available, total uint64, err error)
 }
 
-// Warm-pool policy.
+// Warm-pool timing; the rest of the policy is the warmpool package's.
 const (
-	// PoolGrowFreePercent: the pool grows only while at least this share
-	// of the host's memory is available.
-	PoolGrowFreePercent = 10
-	// PoolShrinkFreePercent: below this share the pool removes a waiting
-	// computer each pass.
-	PoolShrinkFreePercent = 5
-
-	poolCreators     = 2 // creates in flight per provider
-	poolInterval     = time.Second
 	poolCollectEvery = 15 * time.Second
 	poolReadyTimeout = time.Minute
 	poolBindTimeout  = 10 * time.Second
@@ -48,69 +40,88 @@ type PoolStats struct {
 	Claimed  int64 // claimed by starts since this supervisor started
 }
 
-// warmPool is this supervisor's part of the warm pools: the bind secrets
-// of the computers it made (only ever in this process's memory) and what
-// it is making. The store records the members themselves.
+// warmPool is this supervisor's part of the warm pools: one pool per
+// provider that keeps one, and the bind secrets of the computers it made
+// (only ever in this process's memory). The store records the members
+// themselves.
 type warmPool struct {
-	mu       sync.Mutex
-	secrets  map[string]string                      // computer id -> bind secret
-	waiting  map[string]map[string]store.PoolMember // provider -> computer id -> member
-	creating map[string]int                         // provider -> creates in flight
-	failWait map[string]time.Duration               // provider -> backoff after a failed create
-	retryAt  map[string]time.Time
-	claimed  int64
-	collect  time.Time
-	wake     chan struct{}
-	wg       sync.WaitGroup // creates in flight
+	once    sync.Once
+	mu      sync.Mutex        // guards secrets and the pools' state
+	secrets map[string]string // computer id -> bind secret
+	pools   map[string]*warmpool.Pool[store.PoolMember]
 }
 
-func (p *warmPool) init() {
-	if p.secrets == nil {
-		p.secrets = map[string]string{}
-		p.waiting = map[string]map[string]store.PoolMember{}
-		p.creating = map[string]int{}
-		p.failWait = map[string]time.Duration{}
-		p.retryAt = map[string]time.Time{}
-		p.wake = make(chan struct{}, 1)
+// warmPools returns the warm pools by provider, made on first use.
+func (s *Service) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
+	w := &s.pool
+	w.once.Do(func() {
+		pools := map[string]*warmpool.Pool[store.PoolMember]{}
+		for id, p := range s.cfg.Providers {
+			if pl, ok := p.(Pooler); ok {
+				pools[id] = s.newWarmPool(id, pl)
+			}
+		}
+		w.mu.Lock()
+		w.secrets, w.pools = map[string]string{}, pools
+		w.mu.Unlock()
+	})
+	return w.pools
+}
+
+// newWarmPool is the warm pool of provider id: its members wait in the
+// store until a start claims one there.
+func (s *Service) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember] {
+	return warmpool.New(warmpool.Config[store.PoolMember]{
+		Clock: s.clk, Logger: s.log.With("provider", id), Locker: &s.pool.mu, MaxWait: providers.PoolMaxWait,
+		Ready:   func() bool { return pl.PoolSize() > 0 },
+		MemInfo: pl.MemInfo,
+		Target: func(time.Time, warmpool.Stats) (int, int) {
+			return pl.PoolSize(), warmpool.Unlimited
+		},
+		Create: func(ctx context.Context) (store.PoolMember, error) { return s.createPooled(ctx, id, pl) },
+		Accept: func(m store.PoolMember, _ warmpool.Stats) warmpool.Verdict {
+			if _, ok := s.pool.secrets[m.ComputerID]; !ok {
+				return warmpool.Taken // claimed as soon as the store offered it
+			}
+			return warmpool.Keep
+		},
+		Remove: func(ctx context.Context, m store.PoolMember, _ string) bool { return s.removeWaiting(ctx, id, m) },
+		ID:     func(m store.PoolMember) string { return m.ComputerID },
+		Made:   func(m store.PoolMember) time.Time { return m.CreatedAt },
+	})
+}
+
+// poke asks every warm pool for a pass.
+func (w *warmPool) poke() {
+	w.mu.Lock()
+	pools := w.pools
+	w.mu.Unlock()
+	for _, p := range pools {
+		p.Poke()
 	}
 }
 
-func (p *warmPool) poke() {
-	p.mu.Lock()
-	p.init()
-	w := p.wake
-	p.mu.Unlock()
-	select {
-	case w <- struct{}{}:
-	default:
-	}
-}
-
-// take removes a claimed member's secret from the pool and returns it.
-func (p *warmPool) take(provider, computerID string) (string, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.init()
-	secret, ok := p.secrets[computerID]
-	delete(p.secrets, computerID)
-	delete(p.waiting[provider], computerID)
-	if ok {
-		p.claimed++
+// takePooled removes a claimed member's secret from the pool and returns it.
+func (s *Service) takePooled(provider, computerID string) (string, bool) {
+	pools := s.warmPools()
+	s.pool.mu.Lock()
+	secret, ok := s.pool.secrets[computerID]
+	delete(s.pool.secrets, computerID)
+	s.pool.mu.Unlock()
+	if p := pools[provider]; ok && p != nil {
+		p.Claimed(computerID)
 	}
 	return secret, ok
 }
 
 // PoolStats reports this supervisor's warm pools.
 func (s *Service) PoolStats() PoolStats {
-	p := &s.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := PoolStats{Claimed: p.claimed}
-	for _, w := range p.waiting {
-		st.Waiting += len(w)
-	}
-	for _, n := range p.creating {
-		st.Creating += n
+	var st PoolStats
+	for _, p := range s.warmPools() {
+		ps := p.Stats()
+		st.Waiting += ps.Waiting
+		st.Creating += ps.Creating
+		st.Claimed += ps.Claimed
 	}
 	return st
 }
@@ -132,7 +143,7 @@ func (s *Service) poolOwner(c store.Connection) string {
 func (s *Service) bindPooled(ctx context.Context, x *store.Session) bool {
 	defer s.pool.poke()
 	log := s.log.With("agent", x.AgentID, "session", x.ID, "computer", x.ComputerID)
-	secret, ok := s.pool.take(x.Provider, x.ComputerID)
+	secret, ok := s.takePooled(x.Provider, x.ComputerID)
 	err := errors.New("its bind secret is not in this supervisor")
 	if ok {
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)
@@ -175,129 +186,43 @@ func (s *Service) forgetPooled(ctx context.Context, x store.Session) {
 	}
 }
 
-// RunPool keeps the warm pools filled until ctx ends, then waits for the
-// creates in flight. DrainPool removes what is left waiting.
+// RunPool keeps the warm pools filled and collects what pools of dead
+// supervisors left until ctx ends, then waits for the creates in flight.
+// DrainPool removes what is left waiting.
 func (s *Service) RunPool(ctx context.Context) {
-	s.pool.poke()
-	for {
-		s.fillPools(ctx)
-		s.pool.mu.Lock()
-		wake := s.pool.wake
-		s.pool.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			s.pool.wg.Wait()
-			return
-		case <-wake:
-		case <-time.After(poolInterval):
-		}
+	var wg sync.WaitGroup
+	for _, p := range s.warmPools() {
+		wg.Go(func() { p.Run(ctx) })
 	}
-}
-
-func (s *Service) fillPools(ctx context.Context) {
-	for id, p := range s.cfg.Providers {
-		if pl, ok := p.(Pooler); ok && pl.PoolSize() > 0 && ctx.Err() == nil {
-			s.fillPool(ctx, id, pl)
-		}
-	}
-	s.pool.mu.Lock()
-	due := time.Since(s.pool.collect) >= poolCollectEvery
-	if due {
-		s.pool.collect = time.Now()
-	}
-	s.pool.mu.Unlock()
-	if due && ctx.Err() == nil {
-		s.collectPools(ctx)
-	}
-}
-
-// fillPool starts creates until waiting and creating computers make the
-// pool's size, while the host has memory to spare; under memory pressure
-// it removes a waiting computer instead.
-func (s *Service) fillPool(ctx context.Context, provider string, pl Pooler) {
-	grow, shrink := true, false
-	if avail, total, err := pl.MemInfo(); err == nil && total > 0 {
-		grow = avail*100 >= total*PoolGrowFreePercent
-		shrink = avail*100 < total*PoolShrinkFreePercent
-	}
-	p := &s.pool
-	p.mu.Lock()
-	p.init()
-	if shrink {
-		var oldest store.PoolMember
-		for _, m := range p.waiting[provider] {
-			if oldest.ComputerID == "" || m.CreatedAt.Before(oldest.CreatedAt) {
-				oldest = m
+	wg.Go(func() {
+		for {
+			s.collectPools(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.clk.After(poolCollectEvery):
 			}
 		}
-		p.mu.Unlock()
-		if oldest.ComputerID != "" {
-			s.log.Warn("warm pool: host memory low; removing a waiting computer", "provider", provider, "computer", oldest.ComputerID)
-			s.removeWaiting(ctx, provider, oldest)
-		}
-		return
-	}
-	var stale []store.PoolMember
-	for _, m := range p.waiting[provider] {
-		if s.clk.Now().Sub(m.CreatedAt) >= providers.PoolMaxWait {
-			stale = append(stale, m)
-		}
-	}
-	if len(stale) > 0 {
-		p.mu.Unlock()
-		// Its machine's expiry label leaves room for one lease after
-		// PoolMaxWait (providers.PoolMaxWait): replace it before then.
-		for _, m := range stale {
-			s.log.Info("warm pool: replacing a computer that waited its longest", "provider", provider, "computer", m.ComputerID)
-			s.removeWaiting(ctx, provider, m)
-		}
-		p.mu.Lock()
-	}
-	if !grow || time.Now().Before(p.retryAt[provider]) {
-		p.mu.Unlock()
-		return
-	}
-	need := pl.PoolSize() - len(p.waiting[provider]) - p.creating[provider]
-	var start int
-	for ; need > 0 && p.creating[provider] < poolCreators; need-- {
-		p.creating[provider]++
-		start++
-	}
-	p.wg.Add(start)
-	p.mu.Unlock()
-	for range start {
-		go func() {
-			defer p.wg.Done()
-			ok := s.createPooled(ctx, provider, pl)
-			p.mu.Lock()
-			p.creating[provider]--
-			if ok {
-				p.failWait[provider] = 0
-			} else if ctx.Err() == nil {
-				w := min(max(2*p.failWait[provider], time.Second), time.Minute)
-				p.failWait[provider], p.retryAt[provider] = w, time.Now().Add(w)
-			}
-			p.mu.Unlock()
-			p.poke()
-		}()
-	}
+	})
+	wg.Wait()
 }
 
 // createPooled makes one pool computer: recorded first (so that nothing of
-// it is ever unaccounted for), created, waited for, then offered. A create
+// it is ever unaccounted for), created, waited for, then offered; its pool
+// keeps it unless a start claimed it at once. A create
 // is never cut short (the engine may finish what it was asked after the
 // caller gave up): at shutdown RunPool waits for it, and DrainPool removes
 // the computer.
-func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) bool {
+func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) (store.PoolMember, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
 	dep, err := s.Deployment(ctx)
 	if err != nil {
-		return false
+		return store.PoolMember{}, err
 	}
 	secret, err := token.NewSecret(32)
 	if err != nil {
-		return false
+		return store.PoolMember{}, err
 	}
 	m := store.PoolMember{
 		ComputerID: newID("p"), Provider: provider, Image: providers.ImageHeadless, AttemptID: newID("a_"),
@@ -306,7 +231,7 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 	log := s.log.With("provider", provider, "computer", m.ComputerID)
 	if err := s.st.AddPoolMember(ctx, m); err != nil {
 		log.Warn("warm pool: record a new computer", "err", err)
-		return false
+		return store.PoolMember{}, err
 	}
 	forget := func(machineID string) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -327,14 +252,14 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 			log.Warn("warm pool: create a computer", "err", err)
 		}
 		forget("")
-		return false
+		return store.PoolMember{}, err
 	}
 	if err := s.waitPooled(ctx, mach.Endpoint); err != nil {
 		if ctx.Err() == nil {
 			log.Warn("warm pool: computer did not become ready", "machine", mach.ID, "err", err)
 		}
 		forget(mach.ID)
-		return false
+		return store.PoolMember{}, err
 	}
 	m.MachineID, m.Endpoint, m.State = mach.ID, mach.Endpoint, store.PoolWaiting
 	// The secret is in place before the store offers the computer.
@@ -347,18 +272,9 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 		delete(s.pool.secrets, m.ComputerID)
 		s.pool.mu.Unlock()
 		forget(mach.ID)
-		return false
+		return store.PoolMember{}, err
 	}
-	s.pool.mu.Lock()
-	if _, ok := s.pool.secrets[m.ComputerID]; ok { // not claimed already
-		if s.pool.waiting[provider] == nil {
-			s.pool.waiting[provider] = map[string]store.PoolMember{}
-		}
-		s.pool.waiting[provider][m.ComputerID] = m
-	}
-	s.pool.mu.Unlock()
-	log.Debug("warm pool: computer waiting", "machine", mach.ID)
-	return true
+	return m, nil
 }
 
 // waitPooled waits for a pool computer's daemon to answer its health check.
@@ -376,7 +292,6 @@ func (s *Service) removeWaiting(ctx context.Context, provider string, m store.Po
 	}
 	s.pool.mu.Lock()
 	delete(s.pool.secrets, m.ComputerID)
-	delete(s.pool.waiting[provider], m.ComputerID)
 	s.pool.mu.Unlock()
 	p, ok := s.cfg.Providers[provider]
 	if !ok || m.MachineID == "" {
@@ -393,26 +308,17 @@ func (s *Service) removeWaiting(ctx context.Context, provider string, m store.Po
 // DrainPool removes the computers waiting in this supervisor's pools; a
 // supervisor calls it when it shuts down, after RunPool has returned.
 func (s *Service) DrainPool(ctx context.Context) int {
-	s.pool.mu.Lock()
-	var all []store.PoolMember
-	for _, w := range s.pool.waiting {
-		for _, m := range w {
-			all = append(all, m)
-		}
-	}
-	s.pool.mu.Unlock()
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
 		n  int
 	)
-	for _, m := range all {
+	for _, p := range s.warmPools() {
 		wg.Go(func() {
-			if s.removeWaiting(ctx, m.Provider, m) {
-				mu.Lock()
-				n++
-				mu.Unlock()
-			}
+			k := p.Drain(ctx, "the supervisor is shutting down")
+			mu.Lock()
+			n += k
+			mu.Unlock()
 		})
 	}
 	wg.Wait()

@@ -162,14 +162,17 @@ func poolService(t *testing.T, prov providers.Provider, p *pooler, closing func(
 	return svc, st
 }
 
+// waitPool polls the pool's stats until waiting computers wait, within the
+// test's time.
 func waitPool(t *testing.T, svc *supervisor.Service, waiting int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	ctx := testContext(t)
 	for svc.PoolStats().Waiting != waiting {
-		if time.Now().After(deadline) {
+		select {
+		case <-ctx.Done():
 			t.Fatalf("pool: %+v, want %d waiting", svc.PoolStats(), waiting)
+		case <-time.After(10 * time.Millisecond):
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
@@ -205,13 +205,6 @@ type ConnectRequest struct {
 	Image        string            `json:"image,omitempty"`
 }
 
-// CredentialChecker is a provider that validates a connection's credentials
-// before they are stored (it does not call the provider: the first start
-// proves them).
-type CredentialChecker interface {
-	CheckCredentials(map[string]string) error
-}
-
 // Connect attaches a provider to an agent.
 func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connection, error) {
 	var c store.Connection
@@ -245,7 +238,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if r.Image != providers.ImageHeadless && r.Image != providers.ImageDesktop {
 		return c, badRequest("image: %q must be %q or %q", r.Image, providers.ImageHeadless, providers.ImageDesktop)
 	}
-	if cc, ok := p.(CredentialChecker); ok {
+	if cc, ok := p.(providers.CredentialChecker); ok {
 		if err := cc.CheckCredentials(r.Credentials); err != nil {
 			return c, badRequest("credentials: %v", err)
 		}
@@ -282,18 +275,12 @@ func credentialsAD(agent string) string { return "connection/" + agent }
 // computerEnv is the environment of a new computer: the configured
 // variables, then the egress proxy with the computer's own credentials.
 func (s *Service) computerEnv(computerID string) map[string]string {
-	env := make(map[string]string, len(s.cfg.ComputerEnv)+5)
-	for k, v := range s.cfg.ComputerEnv {
-		env[k] = v
+	if s.cfg.EgressAddr == "" {
+		env := make(map[string]string, len(s.cfg.ComputerEnv))
+		maps.Copy(env, s.cfg.ComputerEnv)
+		return env
 	}
-	if s.cfg.EgressAddr != "" {
-		u := (&url.URL{Scheme: "http", User: url.UserPassword(computerID, s.cfg.Tokens.Derive(token.Egress, computerID)), Host: s.cfg.EgressAddr}).String()
-		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-			env[k] = u
-		}
-		env["NO_PROXY"], env["no_proxy"] = "", ""
-	}
-	return env
+	return egress.ProxyEnv(s.cfg.ComputerEnv, s.cfg.EgressAddr, computerID, s.cfg.Tokens.Derive(token.Egress, computerID))
 }
 
 func (s *Service) agentErr(agent string, err error) error {

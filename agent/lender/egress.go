@@ -5,10 +5,8 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -38,11 +36,6 @@ const EgressSecretFile = "egress.secret"
 // address. It stays the same across restarts, so that the computers an
 // agent adopts keep their proxy.
 const DefaultEgressPort = 3129
-
-// proxyEnv are the variables the lender sets (or, with egress off, clears)
-// in every computer's environment, whatever the supervisor sent.
-var proxyEnv = []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
-	"NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"}
 
 // EgressOptions configure the agent's egress proxy.
 type EgressOptions struct {
@@ -98,26 +91,14 @@ func (e *Egress) stats() (egress.Stats, bool) {
 }
 
 // computerEnv is a new computer's environment: the supervisor's variables,
-// with the proxy variables replaced by the agent's proxy and the computer's
+// with the proxy variables (egress.ProxyVars) replaced by the agent's proxy and the computer's
 // own credentials, or removed when egress is off.
 func (l *Lender) computerEnv(computerID string, in map[string]string, on bool) map[string]string {
-	env := maps.Clone(in)
-	if env == nil {
-		env = map[string]string{}
-	}
-	for _, k := range proxyEnv {
-		delete(env, k)
-	}
 	e := l.cfg.Egress
 	if !on || e == nil {
-		return env
+		return egress.WithoutProxyEnv(in)
 	}
-	u := (&url.URL{Scheme: "http", User: url.UserPassword(computerID, e.Tokens.Derive(token.Egress, computerID)), Host: e.Addr}).String()
-	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-		env[k] = u
-	}
-	env["NO_PROXY"], env["no_proxy"] = "", ""
-	return env
+	return egress.ProxyEnv(in, e.Addr, computerID, e.Tokens.Derive(token.Egress, computerID))
 }
 
 // EgressAuth checks egress proxy credentials: the user is the id of a

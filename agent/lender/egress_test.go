@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -37,7 +38,7 @@ func TestComputerEnvAndEgressAuth(t *testing.T) {
 		t.Fatalf("env: %v", env)
 	}
 	off := r.l.computerEnv("c1", in, false)
-	for _, k := range proxyEnv {
+	for _, k := range egress.ProxyVars {
 		if _, ok := off[k]; ok {
 			t.Fatalf("egress off, %s is set: %v", k, off)
 		}

@@ -193,6 +193,7 @@ func New(cfg Config) (*Lender, error) {
 	if l.clk == nil {
 		l.clk = clock.Real{}
 	}
+	l.pool.Pool = l.newPool()
 	if l.cfg.ExpiryGrace <= 0 {
 		l.cfg.ExpiryGrace = DefaultExpiryGrace
 	}
@@ -212,7 +213,6 @@ func (l *Lender) Close() error {
 	}
 	l.closed = true
 	close(l.done)
-	l.pool.gen++
 	l.mu.Unlock()
 	l.wg.Wait() // pool creates in flight remove what they made
 	l.drainPool("the agent is shutting down")

@@ -235,7 +235,7 @@ func (l *Lender) SetSettings(s control.Settings) (control.Settings, error) {
 	}
 	old := l.settings
 	l.settings = s
-	l.pool.poke()
+	l.pool.Poke()
 	l.log.Info("owner changed the limits", "lending", s.Lending, "maxComputers", s.MaxComputers, "cpus", s.CPUs,
 		"memoryMB", s.MemoryMB, "dailySeconds", s.DailySeconds, "hours", s.Hours, "timeZone", s.TimeZone,
 		"desktop", s.Desktop, "approval", s.Approval, "egress", s.Egress, "warmPoolSize", s.WarmPoolSize)

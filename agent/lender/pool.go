@@ -12,6 +12,7 @@ import (
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/internal/warmpool"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -46,33 +47,18 @@ type Pooler interface {
 	MemInfo() (available, total uint64, err error)
 }
 
-// Warm-pool policy, as the supervisor's.
+// Warm-pool timing; the rest of the policy is the warmpool package's, as
+// the supervisor's.
 const (
-	// PoolGrowFreePercent: the pool grows only while at least this share
-	// of the host's memory is available.
-	PoolGrowFreePercent = 10
-	// PoolShrinkFreePercent: below this share the pool removes a waiting
-	// computer each pass.
-	PoolShrinkFreePercent = 5
-
-	poolCreators     = 2 // creates in flight
-	poolInterval     = time.Second
 	poolReadyTimeout = time.Minute
 	poolBindTimeout  = 10 * time.Second
 )
 
-// pool is the lender's warm pool; l.mu guards it.
+// pool is the lender's warm pool. Its state is guarded by l.mu, since the
+// owner's MaxComputers counts its members with the lender's computers.
 type pool struct {
-	waiting  map[string]*pooled // computer id → member
-	creating int
-	removing int // taken out and being destroyed; their containers still count
-	claimed  int64
-	gen      uint64        // bumped when the pool empties; older creates are discarded
-	wake     chan struct{} // pokes the refill loop
-	changed  chan struct{} // closed and replaced when a create ends
-	failWait time.Duration // backoff after a failed create
-	retryAt  time.Time
-	running  bool // the refill loop runs
+	*warmpool.Pool[*pooled]
+	running bool // the refill loop runs
 }
 
 // pooled is a computer waiting in the pool.
@@ -84,48 +70,79 @@ type pooled struct {
 	created  time.Time
 }
 
-func (p *pool) init() {
-	if p.waiting == nil {
-		p.waiting = map[string]*pooled{}
-		p.wake = make(chan struct{}, 1)
-		p.changed = make(chan struct{})
-	}
-}
-
-// poke wakes the refill loop. It runs with l.mu held.
-func (p *pool) poke() {
-	p.init()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-// ended tells those waiting for a create or a removal that one ended. It
-// runs with l.mu held.
-func (p *pool) ended() {
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
-// oldest returns the member that waited longest.
-func (p *pool) oldest() *pooled {
-	var o *pooled
-	for _, m := range p.waiting {
-		if o == nil || m.created.Before(o.created) {
-			o = m
+// newPool is the lender's warm pool: it holds the owner's WarmPoolSize
+// while lending is on and within the allowed hours, in the room that the
+// running, ending and starting computers leave under MaxComputers.
+func (l *Lender) newPool() *warmpool.Pool[*pooled] {
+	pooler := func() (Docker, Pooler, error) {
+		d, err := l.provider()
+		if err != nil {
+			return nil, nil, err
 		}
+		pl, ok := d.(Pooler)
+		if !ok {
+			return nil, nil, errors.New("the docker provider keeps no warm pool")
+		}
+		return d, pl, nil
 	}
-	return o
+	return warmpool.New(warmpool.Config[*pooled]{
+		Clock: l.clk, Logger: l.log, Locker: &l.mu, MaxWait: providers.PoolMaxWait,
+		Ready: func() bool {
+			_, _, err := pooler()
+			return err == nil
+		},
+		MemInfo: func() (uint64, uint64, error) {
+			_, pl, err := pooler()
+			if err != nil {
+				return 0, 0, err
+			}
+			return pl.MemInfo()
+		},
+		Target: func(now time.Time, st warmpool.Stats) (int, int) {
+			s := l.settings
+			want := s.WarmPoolSize
+			if !s.Lending || !allowedAt(s.Hours, localTime(s.TimeZone, now)) {
+				want = 0
+			}
+			return want, s.MaxComputers - l.inUse() - st.Waiting - st.Creating - st.Removing
+		},
+		Create: func(context.Context) (*pooled, error) {
+			d, pl, err := pooler()
+			if err == nil {
+				var m *pooled
+				if m, err = l.makePooled(d, pl); err == nil {
+					return m, nil
+				}
+			}
+			l.log.Warn("warm pool: create a computer", "err", err)
+			return nil, err
+		},
+		// Unless the lender closed meanwhile, or the owner's limit has no
+		// room for it any more.
+		Accept: func(_ *pooled, st warmpool.Stats) warmpool.Verdict {
+			over := l.inUse()+st.Waiting+st.Creating+st.Removing >= l.settings.MaxComputers
+			if l.closed || over || st.Waiting >= l.settings.WarmPoolSize {
+				return warmpool.Discard
+			}
+			return warmpool.Keep
+		},
+		Remove: func(_ context.Context, m *pooled, why string) bool {
+			l.removePooled(m, why)
+			return true
+		},
+		ID:   func(m *pooled) string { return m.id },
+		Made: func(m *pooled) time.Time { return m.created },
+	})
 }
+
+// inUse counts the running, ending and starting computers. It runs with
+// l.mu held.
+func (l *Lender) inUse() int { return len(l.running) + len(l.ending) + len(l.starting) }
 
 // PoolStatus reports the warm pool.
 func (l *Lender) PoolStatus() control.PoolStatus {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pool.init()
-	return control.PoolStatus{Size: l.settings.WarmPoolSize, Waiting: len(l.pool.waiting),
-		Creating: l.pool.creating, Claimed: l.pool.claimed}
+	st := l.pool.Stats()
+	return control.PoolStatus{Size: l.Settings().WarmPoolSize, Waiting: st.Waiting, Creating: st.Creating, Claimed: st.Claimed}
 }
 
 // launch starts the computer for r: from the pool when it holds one
@@ -148,20 +165,10 @@ func (l *Lender) launch(ctx context.Context, r lending.CreateRequest, day string
 
 // claim takes the oldest waiting computer out of the pool.
 func (l *Lender) claim() *pooled {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pool.init()
-	m := l.pool.oldest()
-	if m != nil && time.Since(m.created) >= providers.PoolMaxWait {
-		l.pool.poke() // fillPool replaces it
-		return nil
+	if m, ok := l.pool.Claim(); ok {
+		return m
 	}
-	if m != nil {
-		delete(l.pool.waiting, m.id)
-		l.pool.claimed++
-		l.pool.poke()
-	}
-	return m
+	return nil
 }
 
 // bind records the session and binds the claimed computer m to it. On
@@ -173,10 +180,7 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, d
 		MachineID: m.machine, Day: day, StartedAt: now, ExpiresAt: now.Add(lease),
 	}
 	if err := l.cfg.Ledger.Begin(ctx, ls); err != nil {
-		l.mu.Lock()
-		l.pool.removing++
-		l.mu.Unlock()
-		l.removePooled(m, "its session could not be recorded")
+		l.pool.Discard(ctx, m, "its session could not be recorded")
 		return nil, err
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)
@@ -187,10 +191,7 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, d
 		if ferr := l.cfg.Ledger.Forget(context.WithoutCancel(ctx), r.ComputerID); ferr != nil {
 			l.log.Warn("forget failed start", "computer", r.ComputerID, "err", ferr)
 		}
-		l.mu.Lock()
-		l.pool.removing++
-		l.mu.Unlock()
-		l.removePooled(m, "its bind failed")
+		l.pool.Discard(ctx, m, "its bind failed")
 		return nil, err
 	}
 	l.log.Info("computer started from the warm pool", "computer", r.ComputerID, "machine", m.machine, "agent", r.Agent,
@@ -202,46 +203,35 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, d
 // waiting, creating and removing computers fit the owner's MaxComputers, waiting for
 // creates and removals in flight where only they are over it.
 func (l *Lender) makeRoom(ctx context.Context) error {
-	for {
-		l.mu.Lock()
-		l.pool.init()
-		p := &l.pool
-		over := len(l.running) + len(l.ending) + len(l.starting) + len(p.waiting) + p.creating + p.removing - l.settings.MaxComputers
-		if over <= 0 || (len(p.waiting) == 0 && p.creating == 0 && p.removing == 0) {
-			l.mu.Unlock()
-			return nil
-		}
-		if m := p.oldest(); m != nil {
-			delete(p.waiting, m.id)
-			p.removing++
-			l.mu.Unlock()
-			l.removePooled(m, "a cold start needs its place under the owner's limit")
-			continue
-		}
-		changed := l.pool.changed
-		l.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
 		select {
-		case <-changed:
-		case <-ctx.Done():
-			return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the request ended while the warm pool made room")
 		case <-l.done:
-			return ErrClosed
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	err := l.pool.MakeRoom(ctx, "a cold start needs its place under the owner's limit", func(st warmpool.Stats) int {
+		return l.inUse() + st.Waiting + st.Creating + st.Removing - l.settings.MaxComputers
+	})
+	if err == nil {
+		return nil
+	}
+	select {
+	case <-l.done:
+		return ErrClosed
+	default:
+		return errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the request ended while the warm pool made room")
 	}
 }
 
-// removePooled destroys a computer taken out of the pool, counted in
-// removing until it is gone.
+// removePooled destroys a computer taken out of the pool; the pool counts
+// it in Removing until it is gone.
 func (l *Lender) removePooled(m *pooled, why string) {
 	l.mu.Lock()
 	d := l.docker
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.pool.removing--
-		l.pool.ended()
-		l.mu.Unlock()
-	}()
 	if d == nil {
 		return
 	}
@@ -257,109 +247,21 @@ func (l *Lender) removePooled(m *pooled, why string) {
 // drainPool empties the pool: no waiting computer is claimed afterwards,
 // and creates in flight are discarded when they end.
 func (l *Lender) drainPool(why string) int {
-	l.mu.Lock()
-	l.pool.init()
-	l.pool.gen++
-	ms := make([]*pooled, 0, len(l.pool.waiting))
-	for _, m := range l.pool.waiting {
-		ms = append(ms, m)
-	}
-	clear(l.pool.waiting)
-	l.pool.removing += len(ms)
-	l.mu.Unlock()
-	for _, m := range ms {
-		l.removePooled(m, why)
-	}
-	return len(ms)
+	return l.pool.Drain(context.Background(), why)
 }
 
 // runPool keeps the pool filled until the lender closes.
 func (l *Lender) runPool() {
-	l.mu.Lock()
-	l.pool.init()
-	wake := l.pool.wake
-	l.mu.Unlock()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
 		select {
 		case <-l.done:
-			return
-		case <-wake:
-		case <-t.C:
+			cancel()
+		case <-ctx.Done():
 		}
-		l.fillPool()
-		t.Reset(poolInterval)
-	}
-}
-
-// fillPool starts creates until the pool holds its size, within the
-// owner's limits and while the host has memory to spare; it removes
-// waiting computers beyond the size, and one a pass under memory pressure.
-func (l *Lender) fillPool() {
-	d, err := l.provider()
-	if err != nil {
-		return
-	}
-	pl, ok := d.(Pooler)
-	if !ok {
-		return
-	}
-	grow, shrink := true, false
-	if avail, total, err := pl.MemInfo(); err == nil && total > 0 {
-		grow = avail*100 >= total*PoolGrowFreePercent
-		shrink = avail*100 < total*PoolShrinkFreePercent
-	}
-	now := l.clk.Now()
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return
-	}
-	l.pool.init()
-	s := l.settings
-	want := s.WarmPoolSize
-	if !s.Lending || !allowedAt(s.Hours, localTime(s.TimeZone, now)) {
-		want = 0
-	}
-	var drop []*pooled
-	for _, m := range l.pool.waiting {
-		// Its machine's expiry label leaves room for one lease after
-		// PoolMaxWait: replace it before then.
-		if time.Since(m.created) >= providers.PoolMaxWait {
-			delete(l.pool.waiting, m.id)
-			l.pool.removing++
-			drop = append(drop, m)
-		}
-	}
-	if shrink {
-		if m := l.pool.oldest(); m != nil {
-			delete(l.pool.waiting, m.id)
-			l.pool.removing++
-			drop = append(drop, m)
-			l.log.Warn("warm pool: host memory low; removing a waiting computer", "pooled", m.id)
-		}
-	}
-	for len(l.pool.waiting) > want {
-		m := l.pool.oldest()
-		delete(l.pool.waiting, m.id)
-		l.pool.removing++
-		drop = append(drop, m)
-	}
-	room := s.MaxComputers - len(l.running) - len(l.ending) - len(l.starting) - len(l.pool.waiting) - l.pool.creating - l.pool.removing
-	need := min(want-len(l.pool.waiting)-l.pool.creating, room, poolCreators-l.pool.creating)
-	if shrink || !grow || time.Now().Before(l.pool.retryAt) {
-		need = 0
-	}
-	gen := l.pool.gen
-	for range max(need, 0) {
-		l.pool.creating++
-		l.wg.Go(func() { l.createPooled(d, pl, gen) })
-	}
-	l.mu.Unlock()
-	for _, m := range drop {
-		l.removePooled(m, "the pool is over its size, or the computer waited its longest")
-	}
+	}()
+	l.pool.Run(ctx)
 }
 
 func localTime(tz string, t time.Time) time.Time {
@@ -370,41 +272,11 @@ func localTime(tz string, t time.Time) time.Time {
 	return t.In(loc)
 }
 
-// createPooled makes one waiting computer and offers it, unless the pool
-// emptied or the lender closed meanwhile, or the owner's limit has no room
-// for it any more; it is then removed. A create is never cut short: Close
-// waits for it.
-func (l *Lender) createPooled(d Docker, pl Pooler, gen uint64) {
+// makePooled starts a pooled computer and waits for its computerd. A
+// create is never cut short: Close waits for it.
+func (l *Lender) makePooled(d Docker, pl Pooler) (*pooled, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	m, err := l.makePooled(ctx, d, pl)
-	l.mu.Lock()
-	l.pool.creating--
-	if err != nil {
-		l.pool.ended()
-		l.pool.failWait = min(max(2*l.pool.failWait, time.Second), time.Minute)
-		l.pool.retryAt = time.Now().Add(l.pool.failWait)
-		l.mu.Unlock()
-		l.log.Warn("warm pool: create a computer", "err", err)
-		return
-	}
-	l.pool.failWait = 0
-	over := len(l.running)+len(l.ending)+len(l.starting)+len(l.pool.waiting)+l.pool.creating+l.pool.removing >= l.settings.MaxComputers
-	if l.closed || gen != l.pool.gen || over || len(l.pool.waiting) >= l.settings.WarmPoolSize {
-		l.pool.removing++ // its container counts until it is gone
-		l.mu.Unlock()
-		l.removePooled(m, "the pool emptied or its room was taken while it started")
-		return
-	}
-	l.pool.ended()
-	l.pool.waiting[m.id] = m
-	l.pool.poke()
-	l.mu.Unlock()
-	l.log.Debug("warm pool: computer waiting", "pooled", m.id, "machine", m.machine)
-}
-
-// makePooled starts a pooled computer and waits for its computerd.
-func (l *Lender) makePooled(ctx context.Context, d Docker, pl Pooler) (*pooled, error) {
 	secret, err := token.NewSecret(32)
 	if err != nil {
 		return nil, err
@@ -416,7 +288,7 @@ func (l *Lender) makePooled(ctx context.Context, d Docker, pl Pooler) (*pooled, 
 	if err != nil {
 		return nil, err
 	}
-	m := &pooled{id: id, machine: mach.ID, endpoint: mach.Endpoint, secret: secret, created: time.Now()}
+	m := &pooled{id: id, machine: mach.ID, endpoint: mach.Endpoint, secret: secret, created: l.clk.Now()}
 	if m.machine == "" {
 		m.machine = docker.ContainerPrefix + id
 	}

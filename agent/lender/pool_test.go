@@ -14,6 +14,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/internal/warmpool"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -87,19 +88,40 @@ func waiting(t testing.TB, r *rig) []string {
 }
 
 // waitPool waits until the pool holds want waiting computers and makes
-// none, and returns the names of its containers on the engine.
+// none, and returns the names of its containers on the engine. While the
+// pool has nothing in flight it steps the rig's clock by the pool's
+// interval, as time would move: the pool passes again.
 func waitPool(t testing.TB, ctx context.Context, r *rig, want int) []string {
 	t.Helper()
 	for {
-		st := r.l.PoolStatus()
+		st := r.l.pool.Stats()
 		if st.Waiting == want && st.Creating == 0 {
 			if names := waiting(t, r); len(names) == want {
 				return names
 			}
 		}
+		if st.Creating == 0 && st.Removing == 0 {
+			r.clk.Advance(warmpool.Interval)
+		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("pool: %+v, containers %v; want %d waiting", r.l.PoolStatus(), waiting(t, r), want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// syncPool waits until a pass of the pool that began after the call has
+// run, and what it started has ended.
+func syncPool(t testing.TB, ctx context.Context, r *rig) {
+	t.Helper()
+	if err := r.l.pool.Sync(ctx); err != nil {
+		t.Fatalf("pool pass: %v", err)
+	}
+	for st := r.l.pool.Stats(); st.Creating > 0 || st.Removing > 0; st = r.l.pool.Stats() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pool: %+v; want nothing in flight", st)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -124,11 +146,9 @@ func TestWarmPool(t *testing.T) {
 	}
 	before := waitPool(t, ctx, r, 2)
 	secrets := map[string]string{}
-	r.l.mu.Lock()
-	for _, m := range r.l.pool.waiting {
+	for _, m := range r.l.pool.Members() {
 		secrets[m.machine] = m.secret
 	}
-	r.l.mu.Unlock()
 
 	// A start claims a waiting computer.
 	req, tok := request("pooled")
@@ -176,7 +196,7 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPool(t, ctx, r, 1)
-	time.Sleep(2 * poolInterval) // a refill pass that would overfill has run
+	syncPool(t, ctx, r) // a refill pass that would overfill has run
 	if n := len(containers(t, agent, false)); n != 3 {
 		t.Fatalf("%d containers for an owner's limit of 3: %v", n, containers(t, agent, false))
 	}
@@ -223,7 +243,7 @@ func TestWarmPool(t *testing.T) {
 	// finishing: wait (bounded) for the pool to be empty, then see that
 	// it stays so.
 	waitPool(t, ctx, r, 0)
-	time.Sleep(2 * poolInterval)
+	syncPool(t, ctx, r)
 	if st, names := r.l.PoolStatus(), waiting(t, r); st.Waiting != 0 || st.Creating != 0 || len(names) != 0 {
 		t.Fatalf("lending off, the pool refilled: %+v %v", st, names)
 	}
@@ -329,7 +349,7 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 			t.Errorf("start: %v", res.err)
 		}
 	}
-	time.Sleep(2 * poolInterval) // a refill pass that would overfill has run
+	syncPool(t, ctx, r) // a refill pass that would overfill has run
 	close(stopSampling)
 	if n := <-most; n > 3 {
 		t.Errorf("the engine held %d of the agent's containers at once; the owner allows 3", n)
@@ -420,7 +440,7 @@ func TestWarmPoolAllowedHours(t *testing.T) {
 	if _, err := r.l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * poolInterval)
+	syncPool(t, ctx, r)
 	if st := r.l.PoolStatus(); st.Waiting != 0 || st.Creating != 0 || len(waiting(t, r)) != 0 {
 		t.Fatalf("outside the allowed hours: %+v", st)
 	}
