@@ -150,7 +150,7 @@ func (s *Service) bindPooled(ctx context.Context, x *store.Session) bool {
 		c := computerd.NewClient(x.Endpoint, secret, computerd.WithHTTPClient(s.http))
 		_, err = c.Bind(bctx, computerd.BindRequest{
 			TokenHash: token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
-			Env:       s.computerEnv(x.ComputerID),
+			Env:       s.computerEnv(x.Provider, x.ComputerID),
 		})
 		cancel()
 	}

@@ -104,7 +104,7 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 		ComputerID: x.ComputerID, SessionID: x.ID, AttemptID: x.AttemptID, AgentID: agent, Image: x.Image,
 		Deployment:  dep,
 		TokenHash:   token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
-		Env:         s.computerEnv(x.ComputerID),
+		Env:         s.computerEnv(x.Provider, x.ComputerID),
 		Lease:       time.Duration(x.ReservedSeconds) * time.Second,
 		Credentials: creds,
 	}

@@ -272,10 +272,12 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 
 func credentialsAD(agent string) string { return "connection/" + agent }
 
-// computerEnv is the environment of a new computer: the configured
-// variables, then the egress proxy with the computer's own credentials.
-func (s *Service) computerEnv(computerID string) map[string]string {
-	if s.cfg.EgressAddr == "" {
+// computerEnv is the environment of a new computer of provider: the
+// configured variables, then, when provider's computers reach the egress
+// proxy (providers.EgressUser), the proxy with the computer's own
+// credentials. Other computers never see them.
+func (s *Service) computerEnv(provider, computerID string) map[string]string {
+	if s.cfg.EgressAddr == "" || !providers.UsesSupervisorEgress(s.cfg.Providers[provider]) {
 		env := make(map[string]string, len(s.cfg.ComputerEnv))
 		maps.Copy(env, s.cfg.ComputerEnv)
 		return env
