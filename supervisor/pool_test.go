@@ -87,7 +87,7 @@ func (p *pooler) Destroy(ctx context.Context, id string) error {
 }
 
 func (p *pooler) PoolSize() int                    { return p.size }
-func (p *pooler) UsesSupervisorEgress() bool      { return true }
+func (p *pooler) UsesSupervisorEgress() bool       { return true }
 func (p *pooler) MemInfo() (uint64, uint64, error) { return 50, 100, nil }
 
 func (p *pooler) colds() int {
