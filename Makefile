@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help build run test test-k8s test-short images docker bench bench-density lint clean app app-package
+.PHONY: help build run test test-k8s test-short fuzz images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,30 @@ test-k8s: docker images ## build (cached) and start a single-node Kubernetes clu
 
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...
+
+# Native Go fuzz targets at the trust boundaries (docs/security.md). Go runs
+# one fuzz target per invocation; each runs for FUZZ_TIME. Their seeds (and
+# the inputs kept under testdata/fuzz/) also run in every `go test`.
+FUZZ_TIME ?= 10s
+FUZZ_TARGETS := \
+	./egress/:FuzzParseHost \
+	./egress/:FuzzHostAddress \
+	./egress/:FuzzBlockedForms \
+	./egress/:FuzzParseBlockedCIDRs \
+	./egress/:FuzzProxyAuth \
+	./egress/:FuzzProxyRequest \
+	./supervisor/apiserver/:FuzzPostBodies \
+	./relay/:FuzzBearerToken \
+	./relay/:FuzzMuxFrames \
+	./relay/relayclient/:FuzzLinkCoalescing \
+	./relay/relayclient/:FuzzCheckURL \
+	./computerd/server/:FuzzResolvePath \
+	./computerd/server/:FuzzFileTools
+fuzz: ## run each fuzz target for FUZZ_TIME (10s)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name ($$pkg)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	done
 
 # make bench prints one table (e2e/benchtable): a row per figure a benchmark
 # reports, with its baseline from the same run, their ratio and the target.

@@ -86,12 +86,18 @@ func (c *coalescer) flushLocked() error {
 type linkConn struct {
 	net.Conn // websocket.NetConn
 	raw      *coalescer
+	// inBody is set while the write that follows is the body of the
+	// data header just written: a body is never itself a header, even
+	// when its bytes look like one.
+	inBody bool
 }
 
 func (c *linkConn) Write(p []byte) (int, error) {
 	c.raw.begin()
 	n, err := c.Conn.Write(p)
-	ferr := c.raw.done(err == nil && bodyFollows(p))
+	more := err == nil && !c.inBody && bodyFollows(p)
+	c.inBody = more
+	ferr := c.raw.done(more)
 	if err == nil {
 		err = ferr
 	}
