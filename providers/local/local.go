@@ -49,9 +49,9 @@ const (
 // Error codes of the refusals the provider itself makes; the lender's own
 // (lender.Code*) pass through.
 const (
-	CodeAgentOffline = "agent_offline"  // 503
-	CodeNoLender     = "no_lender"      // 503: no lender connected
-	CodeWhichLender  = "lender_unnamed" // 422: several connected, none named
+	CodeLenderOffline = "agent_offline"  // 503
+	CodeNoLender      = "no_lender"      // 503: no lender connected
+	CodeWhichLender   = "lender_unnamed" // 422: several connected, none named
 )
 
 // Relay reaches lenders' agents: the relay in the same process
@@ -62,7 +62,7 @@ type Relay interface {
 	// has never seen.
 	Presence(ctx context.Context, agentID string) (p relayserver.Presence, ok bool, err error)
 	// Agents lists the agents the relay has seen.
-	Agents(ctx context.Context) ([]relayserver.Presence, error)
+	Lenders(ctx context.Context) ([]relayserver.Presence, error)
 	// Transport sends HTTP requests to the agent's API.
 	Transport(agentID string) http.RoundTripper
 }
@@ -76,8 +76,10 @@ func (r inProcess) Presence(_ context.Context, id string) (relayserver.Presence,
 	p, ok := r.s.Presence(id)
 	return p, ok, nil
 }
-func (r inProcess) Agents(context.Context) ([]relayserver.Presence, error) { return r.s.Agents(), nil }
-func (r inProcess) Transport(id string) http.RoundTripper                  { return r.s.Transport(id) }
+func (r inProcess) Lenders(context.Context) ([]relayserver.Presence, error) {
+	return r.s.Lenders(), nil
+}
+func (r inProcess) Transport(id string) http.RoundTripper { return r.s.Transport(id) }
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
@@ -176,20 +178,20 @@ func (l *Local) lenderFor(ctx context.Context, creds map[string]string) (string,
 	if id := creds[CredLender]; id != "" {
 		return id, nil
 	}
-	agents, err := l.o.Relay.Agents(ctx)
+	lenders, err := l.o.Relay.Lenders(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: relay: %v", providers.ErrUnavailable, err)
 	}
-	switch len(agents) {
+	switch len(lenders) {
 	case 0:
 		return "", refused(http.StatusServiceUnavailable, CodeNoLender,
 			"no lender's agent has connected to the relay: pair a machine (berth agent pair CODE --supervisor URL) and run berth agent run on it")
 	case 1:
-		return agents[0].AgentID, nil
+		return lenders[0].LenderID, nil
 	}
-	ids := make([]string, 0, len(agents))
-	for _, a := range agents {
-		ids = append(ids, a.AgentID)
+	ids := make([]string, 0, len(lenders))
+	for _, a := range lenders {
+		ids = append(ids, a.LenderID)
 	}
 	slices.Sort(ids)
 	return "", refused(http.StatusUnprocessableEntity, CodeWhichLender,
@@ -206,9 +208,9 @@ func (l *Local) offline(ctx context.Context, id string) error {
 		return nil
 	}
 	if !seen || p.LastSeen.IsZero() {
-		return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its agent has not connected to the relay since the relay started (is berth agent run running there?)", id)
+		return refused(http.StatusServiceUnavailable, CodeLenderOffline, "lender %s is offline: its agent has not connected to the relay since the relay started (is berth agent run running there?)", id)
 	}
-	return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its link to the relay dropped; last seen %s", id, p.LastSeen.UTC().Format(time.RFC3339))
+	return refused(http.StatusServiceUnavailable, CodeLenderOffline, "lender %s is offline: its link to the relay dropped; last seen %s", id, p.LastSeen.UTC().Format(time.RFC3339))
 }
 
 // createTimeout bounds a create, approval wait included.
@@ -369,7 +371,7 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 
 // Lenders returns the presence of every lender's agent the relay has seen.
 func (l *Local) Lenders(ctx context.Context) ([]relayserver.Presence, error) {
-	return l.o.Relay.Agents(ctx)
+	return l.o.Relay.Lenders(ctx)
 }
 
 // Transport sends the supervisor's computerd requests for m through the

@@ -23,8 +23,9 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Authenticate maps an agent token to an agent id. Required.
-	Authenticate func(token string) (agentID string, ok bool)
+	// Authenticate maps a lending agent's token to the lender's id (its
+	// companion id from pairing). Required.
+	Authenticate func(token string) (lenderID string, ok bool)
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Clock supplies presence times and ping intervals; nil is the system
@@ -42,14 +43,8 @@ type Config struct {
 	OnPresence func(Presence)
 }
 
-// Presence is what the relay knows about an agent.
-type Presence struct {
-	AgentID     string
-	Online      bool
-	ConnectedAt time.Time // start of the current (or last) connection
-	LastSeen    time.Time // last connect, answered ping, or disconnect
-	Version     string    // as reported by the agent when it connected
-}
+// Presence is what the relay knows about a lending agent (relay.Presence).
+type Presence = relay.Presence
 
 // Server accepts agent connections and dials agents by id. It is an
 // http.Handler for the agents' websocket endpoint (relay.ConnectPath).
@@ -147,7 +142,7 @@ func (s *Server) register(agentID, version string, sess *yamux.Session) bool {
 	}
 	old := a.sess
 	a.sess = sess
-	a.pres = Presence{AgentID: agentID, Online: true, ConnectedAt: now, LastSeen: now, Version: version}
+	a.pres = Presence{LenderID: agentID, Online: true, ConnectedAt: now, LastSeen: now, Version: version}
 	p := a.pres
 	s.mu.Unlock()
 	if old != nil {
@@ -202,16 +197,16 @@ func (s *Server) Presence(agentID string) (p Presence, ok bool) {
 	return a.pres, true
 }
 
-// Agents returns the presence of every agent seen by this relay, sorted by
-// agent id.
-func (s *Server) Agents() []Presence {
+// Lenders returns the presence of every lending agent seen by this relay,
+// sorted by lender id.
+func (s *Server) Lenders() []Presence {
 	s.mu.Lock()
 	out := make([]Presence, 0, len(s.agents))
 	for _, a := range s.agents {
 		out = append(out, a.pres)
 	}
 	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
+	sort.Slice(out, func(i, j int) bool { return out[i].LenderID < out[j].LenderID })
 	return out
 }
 
@@ -229,7 +224,7 @@ func (s *Server) Online() int {
 }
 
 // Dial opens a stream to the agent's API. It fails with an error wrapping
-// ErrAgentOffline when the agent is not connected.
+// ErrLenderOffline when the agent is not connected.
 func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -243,7 +238,7 @@ func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
 	}
 	s.mu.Unlock()
 	if sess == nil {
-		return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+		return nil, &OfflineError{LenderID: agentID, LastSeen: last}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -251,7 +246,7 @@ func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
 	st, err := sess.OpenStream()
 	if err != nil {
 		if errors.Is(err, yamux.ErrSessionShutdown) {
-			return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+			return nil, &OfflineError{LenderID: agentID, LastSeen: last}
 		}
 		return nil, fmt.Errorf("dial agent %s: %w", agentID, err)
 	}

@@ -389,8 +389,8 @@ func (d *Daemon) lenders(lp *local.Local) http.Handler {
 		}
 		out := make([]Lender, 0, len(ps))
 		for _, p := range ps {
-			l := Lender{ID: p.AgentID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
-			if c, err := d.Store.GetCompanion(r.Context(), p.AgentID); err == nil {
+			l := Lender{ID: p.LenderID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
+			if c, err := d.Store.GetCompanion(r.Context(), p.LenderID); err == nil {
 				l.Name = c.Name
 			}
 			out = append(out, l)
@@ -422,7 +422,7 @@ func (d *Daemon) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"error": e})
 		return
 	}
-	json.NewEncoder(w).Encode(relayserver.AuthenticateAnswer{AgentID: c.ID})
+	json.NewEncoder(w).Encode(relayserver.AuthenticateAnswer{LenderID: c.ID})
 }
 
 // metrics serves the counters in the Prometheus text format.
