@@ -22,6 +22,7 @@ import (
 
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
 )
 
@@ -56,16 +57,9 @@ const (
 
 // Relay reaches lenders' agents: the relay in the same process
 // (InProcess) or a `berth relay` through its internal API
-// (relayserver.Remote).
-type Relay interface {
-	// Presence returns an agent's presence; ok is false for one the relay
-	// has never seen.
-	Presence(ctx context.Context, agentID string) (p relayserver.Presence, ok bool, err error)
-	// Agents lists the agents the relay has seen.
-	Lenders(ctx context.Context) ([]relayserver.Presence, error)
-	// Transport sends HTTP requests to the agent's API.
-	Transport(agentID string) http.RoundTripper
-}
+// (relayserver.Remote). It is providers.LenderRelay, which the supervisor
+// passes in providers.Config.Relay.
+type Relay = providers.LenderRelay
 
 // InProcess adapts a relay server running in this process.
 func InProcess(s *relayserver.Server) Relay { return inProcess{s} }
@@ -83,6 +77,9 @@ func (r inProcess) Transport(id string) http.RoundTripper { return r.s.Transport
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
+		if cfg.Relay != nil {
+			return FromConfig(cfg, cfg.Relay)
+		}
 		base, tok := cfg.Get(SettingRelayURL, ""), cfg.Get(SettingRelayToken, "")
 		if base == "" || tok == "" {
 			return nil, fmt.Errorf("the local provider reaches lenders through a relay: set %s (the relay's internal API) and %s (berth dev runs a relay of its own)", SettingRelayURL, SettingRelayToken)
@@ -120,7 +117,7 @@ type Options struct {
 	Relay Relay // required
 	// Workspace returns an agent's workspace, sent to the lender for its
 	// ledger; nil sends none.
-	Workspace func(ctx context.Context, agentID string) (string, error)
+	Workspace providers.WorkspaceLookup
 	// CPUs and MemoryMB are the size asked for; zero takes the owner's.
 	CPUs     float64
 	MemoryMB int64
@@ -145,9 +142,10 @@ func New(o Options) (*Local, error) {
 	return &Local{o: o, log: log.With("component", "local")}, nil
 }
 
-// SetWorkspaceLookup sets Options.Workspace once the supervisor's store is
-// open. Call it before the first Create.
-func (l *Local) SetWorkspaceLookup(f func(ctx context.Context, agentID string) (string, error)) {
+// SetWorkspaceLookup implements providers.WorkspaceUser: it sets
+// Options.Workspace once the supervisor's store is open. Call it before the
+// first Create.
+func (l *Local) SetWorkspaceLookup(f providers.WorkspaceLookup) {
 	l.o.Workspace = f
 }
 
@@ -369,8 +367,9 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	return out, nil
 }
 
-// Lenders returns the presence of every lender's agent the relay has seen.
-func (l *Local) Lenders(ctx context.Context) ([]relayserver.Presence, error) {
+// Lenders implements providers.LenderLister: the presence of every
+// lender's agent the relay has seen.
+func (l *Local) Lenders(ctx context.Context) ([]relay.Presence, error) {
 	return l.o.Relay.Lenders(ctx)
 }
 
@@ -396,7 +395,9 @@ type failing struct{ err error }
 func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
 
 var (
-	_ providers.Provider    = (*Local)(nil)
-	_ providers.Transporter = (*Local)(nil)
-	_ providers.Lister      = (*Local)(nil)
+	_ providers.Provider      = (*Local)(nil)
+	_ providers.Transporter   = (*Local)(nil)
+	_ providers.Lister        = (*Local)(nil)
+	_ providers.WorkspaceUser = (*Local)(nil)
+	_ providers.LenderLister  = (*Local)(nil)
 )
