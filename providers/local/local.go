@@ -1,7 +1,9 @@
 // Package local is the provider for lent machines: it runs each computer
-// on a lender's machine, through the relay that the lender's agent
-// (`berth agent run`) connects out to, and reaches the computer's
-// computerd through the same link. The lender's agent checks its owner's
+// on a lender's machine, someone else's computer and not the supervisor's
+// host, through the relay that the lender's agent (`berth agent run`)
+// connects out to, and reaches the computer's computerd through the same
+// link. "Local" is meant from the lender's side: the computer runs locally
+// on the lender's own machine. The lender's agent checks its owner's
 // limits before every start; its refusals come back as clear errors.
 package local
 
@@ -26,7 +28,8 @@ import (
 	"github.com/berthdev/berth/relay/relayserver"
 )
 
-// ID is the provider id the package registers under.
+// ID is the provider id the package registers under: computers local to a
+// lender's machine (not to the supervisor's host).
 const ID = "local"
 
 // CredLender is the connection credential naming the lender: the
