@@ -164,14 +164,14 @@ func NewRemote(base, token string, hc *http.Client) (*Remote, error) {
 
 // Presence returns an agent's presence; ok is false for an agent the
 // relay has never seen.
-func (r *Remote) Presence(ctx context.Context, agentID string) (p Presence, ok bool, err error) {
+func (r *Remote) Presence(ctx context.Context, lenderID string) (p Presence, ok bool, err error) {
 	var pi PresenceInfo
-	status, err := r.get(ctx, "/agents/"+url.PathEscape(agentID), &pi)
+	status, err := r.get(ctx, "/agents/"+url.PathEscape(lenderID), &pi)
 	if err != nil {
 		return Presence{}, false, err
 	}
 	if status == http.StatusNotFound {
-		return Presence{LenderID: agentID}, false, nil
+		return Presence{LenderID: lenderID}, false, nil
 	}
 	return Presence(pi), true, nil
 }
@@ -214,8 +214,8 @@ func (r *Remote) get(ctx context.Context, path string, out any) (int, error) {
 // Transport returns a RoundTripper whose requests go to the agent's API
 // through the relay. A request for an agent that is offline fails with an
 // *OfflineError.
-func (r *Remote) Transport(agentID string) http.RoundTripper {
-	return &remoteTransport{r: r, prefix: r.base + InternalPrefix + "/agents/" + url.PathEscape(agentID) + "/http"}
+func (r *Remote) Transport(lenderID string) http.RoundTripper {
+	return &remoteTransport{r: r, prefix: r.base + InternalPrefix + "/agents/" + url.PathEscape(lenderID) + "/http"}
 }
 
 type remoteTransport struct {
