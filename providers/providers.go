@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/egress"
+	"github.com/berthdev/berth/relay"
 )
 
 // Labels Berth puts on every machine it creates, so that reconciliation and
@@ -110,11 +111,74 @@ type Transporter interface {
 	Transport(m Machine, credentials map[string]string) http.RoundTripper
 }
 
+// Warmer is a provider that makes things ahead of time (the docker
+// provider's network pool). Whoever serves with it calls Warm once before
+// taking calls; what it starts runs in the background until ctx ends.
+type Warmer interface {
+	Warm(ctx context.Context)
+}
+
+// HostGuard is a provider whose computers run on the supervisor's own host
+// (the docker provider) and which keeps them from reaching the services
+// the host listens on. The supervisor opens to computers only the ports of
+// its egress proxy and its live-view TURN relay, and closes them again
+// when it stops.
+type HostGuard interface {
+	// GuardHost closes the host to computers, except for the egress
+	// proxy's TCP port. It is idempotent.
+	GuardHost(ctx context.Context, egressPort int) error
+	// RemoveStaleOpenings closes the egress openings of ports nothing on
+	// the host listens on any more (a supervisor that was killed) and
+	// returns those ports.
+	RemoveStaleOpenings(ctx context.Context) ([]int, error)
+	// UnguardPort closes the egress opening GuardHost made for port.
+	UnguardPort(ctx context.Context, port int) error
+	// AllowTURN lets computers reach the TURN relay's port (UDP and TCP).
+	AllowTURN(ctx context.Context, port int) error
+	// UnguardTURN closes the opening AllowTURN made.
+	UnguardTURN(ctx context.Context, port int) error
+}
+
+// LenderRelay is how a provider that runs computers on lent machines (the
+// local provider) reaches the lending agents that lenders' machines run
+// (`berth agent run`): through the relay they connect out to, running in
+// the supervisor's own process (berth dev) or as its own (`berth relay`).
+type LenderRelay interface {
+	// Presence returns a lender's presence; ok is false for one the relay
+	// has never seen.
+	Presence(ctx context.Context, lenderID string) (p relay.Presence, ok bool, err error)
+	// Lenders lists the lenders the relay has seen.
+	Lenders(ctx context.Context) ([]relay.Presence, error)
+	// Transport sends HTTP requests to the lender's agent.
+	Transport(lenderID string) http.RoundTripper
+}
+
+// LenderLister is a provider that runs computers on lent machines and
+// lists the lenders it reaches, with their presence (GET /v1/lenders).
+type LenderLister interface {
+	Lenders(ctx context.Context) ([]relay.Presence, error)
+}
+
+// WorkspaceLookup returns the workspace of the (AI) agent agentID.
+type WorkspaceLookup func(ctx context.Context, agentID string) (string, error)
+
+// WorkspaceUser is a provider that sends the workspace of the agent a
+// computer is for along with its create (the local provider, for the
+// lender's ledger). The supervisor gives it the lookup once its store is
+// open, before the first Create.
+type WorkspaceUser interface {
+	SetWorkspaceLookup(WorkspaceLookup)
+}
+
 // Config is what a factory gets to build a provider.
 type Config struct {
 	// Getenv reads a setting by its SPEC name (COMPUTER_MEMORY_MB, ...).
 	Getenv func(string) string
 	Logger *slog.Logger
+	// Relay, when set, is the relay to lending agents that the process
+	// runs itself (berth dev); a provider that runs computers on lent
+	// machines uses it instead of the relay its settings name.
+	Relay LenderRelay
 }
 
 // Get returns the setting name, or def when it is unset.

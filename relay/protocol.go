@@ -85,6 +85,17 @@ func Heartbeat(ctx context.Context, s *yamux.Session, c clock.Clock, interval ti
 	}
 }
 
+// Presence is what a relay knows about a lending agent's link: the lender
+// it serves (its companion id from pairing), whether it is connected, since
+// when, when it was last heard from and the version it reported.
+type Presence struct {
+	LenderID    string
+	Online      bool
+	ConnectedAt time.Time // start of the current (or last) connection
+	LastSeen    time.Time // last connect, answered ping, or disconnect
+	Version     string    // as reported by the agent when it connected
+}
+
 // Addr is the net.Addr of a relayed connection: the agent it leads to.
 type Addr string
 

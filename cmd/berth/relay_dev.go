@@ -89,8 +89,8 @@ func startDevLending(cmd *cobra.Command, o *daemon.Options, listen string, agent
 const devAgentFile = "dev-agent.json"
 
 type devAgentCreds struct {
-	AgentID string `json:"agentId"`
-	Token   string `json:"token"`
+	LenderID string `json:"agentId"`
+	Token    string `json:"token"`
 }
 
 // ready starts berth dev's own lending agent once the supervisor serves.
@@ -117,8 +117,8 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 	sock := filepath.Join(dir, control.SocketName)
 	l.wg.Go(func() {
 		err := lender.RunAgent(ctx, lender.AgentOptions{
-			AgentID: creds.AgentID, Token: creds.Token, RelayURL: loopbackURL(l.url), SupervisorURL: url, TURNRelay: d.TURNRelay(),
-			DataDir: dir, Socket: sock, Docker: dopts, Logger: l.log.With("agent", creds.AgentID), Version: version,
+			AgentID: creds.LenderID, Token: creds.Token, RelayURL: loopbackURL(l.url), SupervisorURL: url, TURNRelay: d.TURNRelay(),
+			DataDir: dir, Socket: sock, Docker: dopts, Logger: l.log.With("agent", creds.LenderID), Version: version,
 		})
 		if err != nil {
 			fmt.Fprintf(l.cmd.ErrOrStderr(), "berth dev: lending agent stopped: %v\n", err)
@@ -128,13 +128,13 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 	// start as soon as this is printed.
 	deadline := time.Now().Add(devAgentWait)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if p, ok := l.srv.Presence(creds.AgentID); ok && p.Online {
-			fmt.Fprintf(out, "  lending this machine as %s (provider local); control socket %s\n", creds.AgentID, sock)
+		if p, ok := l.srv.Presence(creds.LenderID); ok && p.Online {
+			fmt.Fprintf(out, "  lending this machine as %s (provider local); control socket %s\n", creds.LenderID, sock)
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	fmt.Fprintf(l.cmd.ErrOrStderr(), "berth dev: this machine's lending agent %s has not reached the relay yet; see the log\n", creds.AgentID)
+	fmt.Fprintf(l.cmd.ErrOrStderr(), "berth dev: this machine's lending agent %s has not reached the relay yet; see the log\n", creds.LenderID)
 }
 
 // devAgentWait bounds how long berth dev waits for its own agent's link.
@@ -147,7 +147,7 @@ func (l *devLending) devAgent(ctx context.Context, svc *sv.Service) (devAgentCre
 	var c devAgentCreds
 	b, err := os.ReadFile(p)
 	if err == nil && json.Unmarshal(b, &c) == nil && c.Token != "" {
-		if got, err := svc.AuthenticateCompanion(ctx, c.Token); err == nil && got.ID == c.AgentID {
+		if got, err := svc.AuthenticateCompanion(ctx, c.Token); err == nil && got.ID == c.LenderID {
 			return c, nil
 		}
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -161,7 +161,7 @@ func (l *devLending) devAgent(ctx context.Context, svc *sv.Service) (devAgentCre
 	if err != nil {
 		return c, err
 	}
-	c = devAgentCreds{AgentID: paired.AgentID, Token: paired.Token}
+	c = devAgentCreds{LenderID: paired.AgentID, Token: paired.Token}
 	b, _ = json.Marshal(c)
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		return c, err

@@ -745,3 +745,4 @@ func newAttemptID() string {
 var _ providers.Provider = (*Docker)(nil)
 var _ providers.Lister = (*Docker)(nil)
 var _ providers.GarbageCollector = (*Docker)(nil)
+var _ providers.Warmer = (*Docker)(nil)

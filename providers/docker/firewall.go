@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/berthdev/berth/internal/hostnet"
+	"github.com/berthdev/berth/providers"
 )
 
 // An internal Docker network drops what a computer sends on to other
@@ -252,21 +254,29 @@ func turnRules(port int) [][]string {
 
 // BridgeIPv4 returns the IPv4 address of the host's docker0 bridge: where
 // computers reach a service on the host (the egress proxy, TURN), and
-// what the host firewall's openings are for.
-func BridgeIPv4() (netip.Addr, error) {
-	const name = "docker0"
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
-			return p.Addr(), nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+// what the host firewall's openings are for (hostnet.BridgeIPv4).
+func BridgeIPv4() (netip.Addr, error) { return hostnet.BridgeIPv4() }
+
+// The docker provider's computers run on this host: it is the supervisor's
+// providers.HostGuard, with the rules above.
+
+// GuardHost implements providers.HostGuard: GuardHost(ctx, egressPort).
+func (*Docker) GuardHost(ctx context.Context, egressPort int) error {
+	return GuardHost(ctx, egressPort)
 }
+
+// RemoveStaleOpenings implements providers.HostGuard.
+func (*Docker) RemoveStaleOpenings(ctx context.Context) ([]int, error) {
+	return RemoveStaleOpenings(ctx)
+}
+
+// UnguardPort implements providers.HostGuard.
+func (*Docker) UnguardPort(ctx context.Context, port int) error { return UnguardPort(ctx, port) }
+
+// AllowTURN implements providers.HostGuard.
+func (*Docker) AllowTURN(ctx context.Context, port int) error { return AllowTURN(ctx, port) }
+
+// UnguardTURN implements providers.HostGuard.
+func (*Docker) UnguardTURN(ctx context.Context, port int) error { return UnguardTURN(ctx, port) }
+
+var _ providers.HostGuard = (*Docker)(nil)

@@ -15,7 +15,7 @@ func init() { providers.Describe(ID, (*Local)(nil)) }
 // connection names.
 func (*Local) Describe() providers.Description {
 	return providers.Description{
-		Summary: "lent machines, through the relay their owners' agents connect out to",
+		Summary: "someone else's machine, lent by its owner (berth agent run): computers run there, not on this host, reached through the relay the owner's agent connects out to",
 		Settings: []providers.Setting{
 			{Name: SettingRelayURL, Required: true, Help: "the relay's internal API, http(s)://HOST:PORT (not needed under berth dev)"},
 			{Name: SettingRelayToken, Required: true, Secret: true, Help: "the token the relay's internal API shares, at least 16 characters (not needed under berth dev)"},

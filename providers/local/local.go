@@ -1,7 +1,9 @@
 // Package local is the provider for lent machines: it runs each computer
-// on a lender's machine, through the relay that the lender's agent
-// (`berth agent run`) connects out to, and reaches the computer's
-// computerd through the same link. The lender's agent checks its owner's
+// on a lender's machine, someone else's computer and not the supervisor's
+// host, through the relay that the lender's agent (`berth agent run`)
+// connects out to, and reaches the computer's computerd through the same
+// link. "Local" is meant from the lender's side: the computer runs locally
+// on the lender's own machine. The lender's agent checks its owner's
 // limits before every start; its refusals come back as clear errors.
 package local
 
@@ -22,10 +24,12 @@ import (
 
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
 )
 
-// ID is the provider id the package registers under.
+// ID is the provider id the package registers under: computers local to a
+// lender's machine (not to the supervisor's host).
 const ID = "local"
 
 // CredLender is the connection credential naming the lender: the
@@ -49,23 +53,16 @@ const (
 // Error codes of the refusals the provider itself makes; the lender's own
 // (lender.Code*) pass through.
 const (
-	CodeAgentOffline = "agent_offline"  // 503
-	CodeNoLender     = "no_lender"      // 503: no lender connected
-	CodeWhichLender  = "lender_unnamed" // 422: several connected, none named
+	CodeLenderOffline = "agent_offline"  // 503
+	CodeNoLender      = "no_lender"      // 503: no lender connected
+	CodeWhichLender   = "lender_unnamed" // 422: several connected, none named
 )
 
 // Relay reaches lenders' agents: the relay in the same process
 // (InProcess) or a `berth relay` through its internal API
-// (relayserver.Remote).
-type Relay interface {
-	// Presence returns an agent's presence; ok is false for one the relay
-	// has never seen.
-	Presence(ctx context.Context, agentID string) (p relayserver.Presence, ok bool, err error)
-	// Agents lists the agents the relay has seen.
-	Agents(ctx context.Context) ([]relayserver.Presence, error)
-	// Transport sends HTTP requests to the agent's API.
-	Transport(agentID string) http.RoundTripper
-}
+// (relayserver.Remote). It is providers.LenderRelay, which the supervisor
+// passes in providers.Config.Relay.
+type Relay = providers.LenderRelay
 
 // InProcess adapts a relay server running in this process.
 func InProcess(s *relayserver.Server) Relay { return inProcess{s} }
@@ -76,11 +73,16 @@ func (r inProcess) Presence(_ context.Context, id string) (relayserver.Presence,
 	p, ok := r.s.Presence(id)
 	return p, ok, nil
 }
-func (r inProcess) Agents(context.Context) ([]relayserver.Presence, error) { return r.s.Agents(), nil }
-func (r inProcess) Transport(id string) http.RoundTripper                  { return r.s.Transport(id) }
+func (r inProcess) Lenders(context.Context) ([]relayserver.Presence, error) {
+	return r.s.Lenders(), nil
+}
+func (r inProcess) Transport(id string) http.RoundTripper { return r.s.Transport(id) }
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
+		if cfg.Relay != nil {
+			return FromConfig(cfg, cfg.Relay)
+		}
 		base, tok := cfg.Get(SettingRelayURL, ""), cfg.Get(SettingRelayToken, "")
 		if base == "" || tok == "" {
 			return nil, fmt.Errorf("the local provider reaches lenders through a relay: set %s (the relay's internal API) and %s (berth dev runs a relay of its own)", SettingRelayURL, SettingRelayToken)
@@ -118,7 +120,7 @@ type Options struct {
 	Relay Relay // required
 	// Workspace returns an agent's workspace, sent to the lender for its
 	// ledger; nil sends none.
-	Workspace func(ctx context.Context, agentID string) (string, error)
+	Workspace providers.WorkspaceLookup
 	// CPUs and MemoryMB are the size asked for; zero takes the owner's.
 	CPUs     float64
 	MemoryMB int64
@@ -143,9 +145,10 @@ func New(o Options) (*Local, error) {
 	return &Local{o: o, log: log.With("component", "local")}, nil
 }
 
-// SetWorkspaceLookup sets Options.Workspace once the supervisor's store is
-// open. Call it before the first Create.
-func (l *Local) SetWorkspaceLookup(f func(ctx context.Context, agentID string) (string, error)) {
+// SetWorkspaceLookup implements providers.WorkspaceUser: it sets
+// Options.Workspace once the supervisor's store is open. Call it before the
+// first Create.
+func (l *Local) SetWorkspaceLookup(f providers.WorkspaceLookup) {
 	l.o.Workspace = f
 }
 
@@ -176,20 +179,20 @@ func (l *Local) lenderFor(ctx context.Context, creds map[string]string) (string,
 	if id := creds[CredLender]; id != "" {
 		return id, nil
 	}
-	agents, err := l.o.Relay.Agents(ctx)
+	lenders, err := l.o.Relay.Lenders(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%w: relay: %v", providers.ErrUnavailable, err)
 	}
-	switch len(agents) {
+	switch len(lenders) {
 	case 0:
 		return "", refused(http.StatusServiceUnavailable, CodeNoLender,
 			"no lender's agent has connected to the relay: pair a machine (berth agent pair CODE --supervisor URL) and run berth agent run on it")
 	case 1:
-		return agents[0].AgentID, nil
+		return lenders[0].LenderID, nil
 	}
-	ids := make([]string, 0, len(agents))
-	for _, a := range agents {
-		ids = append(ids, a.AgentID)
+	ids := make([]string, 0, len(lenders))
+	for _, a := range lenders {
+		ids = append(ids, a.LenderID)
 	}
 	slices.Sort(ids)
 	return "", refused(http.StatusUnprocessableEntity, CodeWhichLender,
@@ -206,9 +209,9 @@ func (l *Local) offline(ctx context.Context, id string) error {
 		return nil
 	}
 	if !seen || p.LastSeen.IsZero() {
-		return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its agent has not connected to the relay since the relay started (is berth agent run running there?)", id)
+		return refused(http.StatusServiceUnavailable, CodeLenderOffline, "lender %s is offline: its agent has not connected to the relay since the relay started (is berth agent run running there?)", id)
 	}
-	return refused(http.StatusServiceUnavailable, CodeAgentOffline, "lender %s is offline: its link to the relay dropped; last seen %s", id, p.LastSeen.UTC().Format(time.RFC3339))
+	return refused(http.StatusServiceUnavailable, CodeLenderOffline, "lender %s is offline: its link to the relay dropped; last seen %s", id, p.LastSeen.UTC().Format(time.RFC3339))
 }
 
 // createTimeout bounds a create, approval wait included.
@@ -367,9 +370,10 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	return out, nil
 }
 
-// Lenders returns the presence of every lender's agent the relay has seen.
-func (l *Local) Lenders(ctx context.Context) ([]relayserver.Presence, error) {
-	return l.o.Relay.Agents(ctx)
+// Lenders implements providers.LenderLister: the presence of every
+// lender's agent the relay has seen.
+func (l *Local) Lenders(ctx context.Context) ([]relay.Presence, error) {
+	return l.o.Relay.Lenders(ctx)
 }
 
 // Transport sends the supervisor's computerd requests for m through the
@@ -394,7 +398,9 @@ type failing struct{ err error }
 func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
 
 var (
-	_ providers.Provider    = (*Local)(nil)
-	_ providers.Transporter = (*Local)(nil)
-	_ providers.Lister      = (*Local)(nil)
+	_ providers.Provider      = (*Local)(nil)
+	_ providers.Transporter   = (*Local)(nil)
+	_ providers.Lister        = (*Local)(nil)
+	_ providers.WorkspaceUser = (*Local)(nil)
+	_ providers.LenderLister  = (*Local)(nil)
 )

@@ -170,14 +170,14 @@ func TestErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_ghost"}))
-			wantRefused(t, err, 503, CodeAgentOffline, "lender cp_ghost is offline: its agent has not connected")
+			wantRefused(t, err, 503, CodeLenderOffline, "lender cp_ghost is offline: its agent has not connected")
 
 			_, stop := w.agent("cp_big_"+r.name, nil, nil)
 			_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_big_" + r.name}))
 			wantRefused(t, err, 422, lending.CodeMemory, "memoryMB: 4096 asked, the owner allows at most 256 MB per computer")
 			stop()
 			_, err = p.Create(ctx, spec(map[string]string{CredLender: "cp_big_" + r.name}))
-			wantRefused(t, err, 503, CodeAgentOffline, "its link to the relay dropped; last seen 20")
+			wantRefused(t, err, 503, CodeLenderOffline, "its link to the relay dropped; last seen 20")
 		})
 	}
 
@@ -246,7 +246,7 @@ func TestRemoteNeedsToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Agents(t.Context()); err == nil || !strings.Contains(err.Error(), "refused RELAY_TOKEN") {
+	if _, err := r.Lenders(t.Context()); err == nil || !strings.Contains(err.Error(), "refused RELAY_TOKEN") {
 		t.Fatalf("agents with a wrong token: %v", err)
 	}
 	if _, err := relayserver.NewRemote(w.in.URL, "short", nil); err == nil {

@@ -1,3 +1,3 @@
 package standard
 
-import _ "github.com/berthdev/berth/providers/local" // local: a lender's machine, through the relay and the lender's agent
+import _ "github.com/berthdev/berth/providers/local" // local: someone else's machine, lent with berth agent run (not this host), through the relay and the lender's agent

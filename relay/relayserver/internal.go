@@ -24,15 +24,17 @@ const (
 	// TokenHeader carries RELAY_TOKEN on internal calls.
 	TokenHeader = "Berth-Relay-Token"
 	// ErrorHeader marks an answer the relay made itself (not the agent):
-	// its value is the error code, such as CodeAgentOffline.
+	// its value is the error code, such as CodeLenderOffline.
 	ErrorHeader = "Berth-Relay-Error"
-	// CodeAgentOffline answers (503) a request for an agent with no link.
-	CodeAgentOffline = "agent_offline"
+	// CodeLenderOffline answers (503) a request for a lender whose agent
+	// has no link. The wire string predates the name and stays.
+	CodeLenderOffline = "agent_offline"
 )
 
-// PresenceInfo is an agent's presence on the internal API.
+// PresenceInfo is a lending agent's presence on the internal API; its JSON
+// keeps the name agentId for the lender's id.
 type PresenceInfo struct {
-	AgentID     string    `json:"agentId"`
+	LenderID    string    `json:"agentId"`
 	Online      bool      `json:"online"`
 	ConnectedAt time.Time `json:"connectedAt,omitzero"`
 	LastSeen    time.Time `json:"lastSeen,omitzero"`
@@ -50,14 +52,14 @@ func info(p Presence) PresenceInfo {
 //	ANY  /v1/internal/agents/{id}/http/{path...} an HTTP request to the agent's API, as /{path}
 //
 // A request for an agent that is offline answers 503 with ErrorHeader set
-// to CodeAgentOffline and the agent's last-seen time in the body.
+// to CodeLenderOffline and the agent's last-seen time in the body.
 func (s *Server) InternalHandler(token string) http.Handler {
 	if len(token) < 16 {
 		panic("relayserver: internal API token shorter than 16 characters")
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+InternalPrefix+"/agents", func(w http.ResponseWriter, r *http.Request) {
-		ps := s.Agents()
+		ps := s.Lenders()
 		out := make([]PresenceInfo, 0, len(ps))
 		for _, p := range ps {
 			out = append(out, info(p))
@@ -76,8 +78,8 @@ func (s *Server) InternalHandler(token string) http.Handler {
 		id := r.PathValue("id")
 		p, _ := s.Presence(id)
 		if !p.Online {
-			oe := &OfflineError{AgentID: id, LastSeen: p.LastSeen}
-			writeErr(w, http.StatusServiceUnavailable, CodeAgentOffline, oe.Error(), p.LastSeen)
+			oe := &OfflineError{LenderID: id, LastSeen: p.LastSeen}
+			writeErr(w, http.StatusServiceUnavailable, CodeLenderOffline, oe.Error(), p.LastSeen)
 			return
 		}
 		rest := "/" + r.PathValue("path")
@@ -93,7 +95,7 @@ func (s *Server) InternalHandler(token string) http.Handler {
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				var oe *OfflineError
 				if errors.As(err, &oe) {
-					writeErr(w, http.StatusServiceUnavailable, CodeAgentOffline, oe.Error(), oe.LastSeen)
+					writeErr(w, http.StatusServiceUnavailable, CodeLenderOffline, oe.Error(), oe.LastSeen)
 					return
 				}
 				s.log.Warn("relayed request failed", "agent", id, "path", rest, "err", err)
@@ -162,20 +164,20 @@ func NewRemote(base, token string, hc *http.Client) (*Remote, error) {
 
 // Presence returns an agent's presence; ok is false for an agent the
 // relay has never seen.
-func (r *Remote) Presence(ctx context.Context, agentID string) (p Presence, ok bool, err error) {
+func (r *Remote) Presence(ctx context.Context, lenderID string) (p Presence, ok bool, err error) {
 	var pi PresenceInfo
-	status, err := r.get(ctx, "/agents/"+url.PathEscape(agentID), &pi)
+	status, err := r.get(ctx, "/agents/"+url.PathEscape(lenderID), &pi)
 	if err != nil {
 		return Presence{}, false, err
 	}
 	if status == http.StatusNotFound {
-		return Presence{AgentID: agentID}, false, nil
+		return Presence{LenderID: lenderID}, false, nil
 	}
 	return Presence(pi), true, nil
 }
 
-// Agents returns every agent the relay has seen.
-func (r *Remote) Agents(ctx context.Context) ([]Presence, error) {
+// Lenders returns every lending agent the relay has seen.
+func (r *Remote) Lenders(ctx context.Context) ([]Presence, error) {
 	var pis []PresenceInfo
 	if _, err := r.get(ctx, "/agents", &pis); err != nil {
 		return nil, err
@@ -212,8 +214,8 @@ func (r *Remote) get(ctx context.Context, path string, out any) (int, error) {
 // Transport returns a RoundTripper whose requests go to the agent's API
 // through the relay. A request for an agent that is offline fails with an
 // *OfflineError.
-func (r *Remote) Transport(agentID string) http.RoundTripper {
-	return &remoteTransport{r: r, prefix: r.base + InternalPrefix + "/agents/" + url.PathEscape(agentID) + "/http"}
+func (r *Remote) Transport(lenderID string) http.RoundTripper {
+	return &remoteTransport{r: r, prefix: r.base + InternalPrefix + "/agents/" + url.PathEscape(lenderID) + "/http"}
 }
 
 type remoteTransport struct {
@@ -238,7 +240,7 @@ func (t *remoteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if resp.Header.Get(ErrorHeader) == CodeAgentOffline {
+	if resp.Header.Get(ErrorHeader) == CodeLenderOffline {
 		var b errorBody
 		json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&b)
 		resp.Body.Close()
@@ -247,7 +249,7 @@ func (t *remoteTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if uid, err := url.PathUnescape(id); err == nil {
 			id = uid
 		}
-		return nil, &OfflineError{AgentID: id, LastSeen: b.Error.LastSeen}
+		return nil, &OfflineError{LenderID: id, LastSeen: b.Error.LastSeen}
 	}
 	return resp, nil
 }
@@ -262,9 +264,10 @@ type AuthenticateRequest struct {
 	Token string `json:"token"`
 }
 
-// AuthenticateAnswer names the agent a token belongs to.
+// AuthenticateAnswer names the lender a lending agent's token belongs to
+// (JSON agentId).
 type AuthenticateAnswer struct {
-	AgentID string `json:"agentId"`
+	LenderID string `json:"agentId"`
 }
 
 // SupervisorAuth returns a Config.Authenticate that asks the supervisor at
@@ -300,9 +303,9 @@ func SupervisorAuth(base, relayToken string, hc *http.Client, log func(msg strin
 			return "", false
 		}
 		var a AuthenticateAnswer
-		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&a) != nil || a.AgentID == "" {
+		if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&a) != nil || a.LenderID == "" {
 			return "", false
 		}
-		return a.AgentID, true
+		return a.LenderID, true
 	}
 }

@@ -67,7 +67,7 @@ func TestFullPath(t *testing.T) {
 	if p, _ := r.Presence("agent-2"); p.Version != "1.2.4" {
 		t.Fatalf("version %q", p.Version)
 	}
-	if got := len(r.Agents()); got != 2 {
+	if got := len(r.Lenders()); got != 2 {
 		t.Fatalf("Agents() has %d entries", got)
 	}
 }
@@ -92,7 +92,7 @@ func TestWrongTokenRefused(t *testing.T) {
 	if !strings.Contains(out, "invalid token") {
 		t.Fatalf("log does not record the refusal:\n%s", out)
 	}
-	if n := len(r.Agents()); n != 0 {
+	if n := len(r.Lenders()); n != 0 {
 		t.Fatalf("%d agents registered", n)
 	}
 }
@@ -172,7 +172,7 @@ func TestPresence(t *testing.T) {
 	}
 	_, err := r.Dial(ctx, "agent-1")
 	var off *relayserver.OfflineError
-	if !errors.Is(err, relayserver.ErrAgentOffline) || !errors.As(err, &off) || !off.LastSeen.IsZero() {
+	if !errors.Is(err, relayserver.ErrLenderOffline) || !errors.As(err, &off) || !off.LastSeen.IsZero() {
 		t.Fatalf("dial unknown agent: %v", err)
 	}
 
@@ -205,14 +205,14 @@ func TestPresence(t *testing.T) {
 		t.Fatalf("presence after disconnect: %+v", p)
 	}
 	_, err = r.Dial(ctx, "agent-1")
-	if !errors.Is(err, relayserver.ErrAgentOffline) || !errors.As(err, &off) || !off.LastSeen.Equal(p.LastSeen) {
+	if !errors.Is(err, relayserver.ErrLenderOffline) || !errors.As(err, &off) || !off.LastSeen.Equal(p.LastSeen) {
 		t.Fatalf("dial offline agent: %v", err)
 	}
 	if !strings.Contains(err.Error(), "last seen") {
 		t.Fatalf("error does not say when the agent was last seen: %v", err)
 	}
 	_, err = get(ctx, &http.Client{Transport: r.Transport("agent-1")}, "http://agent/x")
-	if !errors.Is(err, relayserver.ErrAgentOffline) {
+	if !errors.Is(err, relayserver.ErrLenderOffline) {
 		t.Fatalf("request to offline agent: %v", err)
 	}
 
@@ -284,7 +284,7 @@ func TestManyAgents(t *testing.T) {
 		})
 	}
 	waitFor(t, ctx, "all agents online", func() bool { return r.Online() == n })
-	if got := len(r.Agents()); got != n {
+	if got := len(r.Lenders()); got != n {
 		t.Fatalf("%d agents registered", got)
 	}
 	for _, i := range []int{0, n / 2, n - 1} {

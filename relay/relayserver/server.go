@@ -23,8 +23,9 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Authenticate maps an agent token to an agent id. Required.
-	Authenticate func(token string) (agentID string, ok bool)
+	// Authenticate maps a lending agent's token to the lender's id (its
+	// companion id from pairing). Required.
+	Authenticate func(token string) (lenderID string, ok bool)
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Clock supplies presence times and ping intervals; nil is the system
@@ -42,14 +43,8 @@ type Config struct {
 	OnPresence func(Presence)
 }
 
-// Presence is what the relay knows about an agent.
-type Presence struct {
-	AgentID     string
-	Online      bool
-	ConnectedAt time.Time // start of the current (or last) connection
-	LastSeen    time.Time // last connect, answered ping, or disconnect
-	Version     string    // as reported by the agent when it connected
-}
+// Presence is what the relay knows about a lending agent (relay.Presence).
+type Presence = relay.Presence
 
 // Server accepts agent connections and dials agents by id. It is an
 // http.Handler for the agents' websocket endpoint (relay.ConnectPath).
@@ -60,11 +55,11 @@ type Server struct {
 
 	mu         sync.Mutex
 	closed     bool
-	agents     map[string]*agent
+	lenders    map[string]*lender
 	transports map[string]*http.Transport
 }
 
-type agent struct {
+type lender struct {
 	pres Presence
 	sess *yamux.Session // nil when offline
 }
@@ -86,7 +81,7 @@ func New(cfg Config) *Server {
 		cfg:        cfg,
 		log:        log.With("component", "relay"),
 		clock:      clk,
-		agents:     make(map[string]*agent),
+		lenders:    make(map[string]*lender),
 		transports: make(map[string]*http.Transport),
 	}
 }
@@ -94,11 +89,11 @@ func New(cfg Config) *Server {
 // ServeHTTP accepts one agent connection and serves it until it ends.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	token := relay.BearerToken(r.Header.Get("Authorization"))
-	agentID, ok := "", false
+	lenderID, ok := "", false
 	if token != "" {
-		agentID, ok = s.cfg.Authenticate(token)
+		lenderID, ok = s.cfg.Authenticate(token)
 	}
-	if !ok || agentID == "" {
+	if !ok || lenderID == "" {
 		s.log.Warn("agent refused: invalid token", "remote", r.RemoteAddr)
 		http.Error(w, "invalid agent token", http.StatusUnauthorized)
 		return
@@ -109,7 +104,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
-		s.log.Warn("agent websocket accept failed", "agent", agentID, "err", err)
+		s.log.Warn("agent websocket accept failed", "agent", lenderID, "err", err)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -118,40 +113,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sess, err := yamux.Client(conn, relay.MuxConfig(s.cfg.PingTimeout))
 	if err != nil {
 		conn.Close()
-		s.log.Error("agent session setup failed", "agent", agentID, "err", err)
+		s.log.Error("agent session setup failed", "agent", lenderID, "err", err)
 		return
 	}
-	if !s.register(agentID, version, sess) {
+	if !s.register(lenderID, version, sess) {
 		sess.Close()
 		return
 	}
-	s.log.Info("agent connected", "agent", agentID, "version", version, "remote", r.RemoteAddr)
-	relay.Heartbeat(ctx, sess, s.clock, s.cfg.PingInterval, func(t time.Time) { s.seen(agentID, sess, t) })
+	s.log.Info("agent connected", "agent", lenderID, "version", version, "remote", r.RemoteAddr)
+	relay.Heartbeat(ctx, sess, s.clock, s.cfg.PingInterval, func(t time.Time) { s.seen(lenderID, sess, t) })
 	conn.Close()
-	if s.unregister(agentID, sess) {
-		s.log.Info("agent disconnected", "agent", agentID)
+	if s.unregister(lenderID, sess) {
+		s.log.Info("agent disconnected", "agent", lenderID)
 	}
 }
 
-func (s *Server) register(agentID, version string, sess *yamux.Session) bool {
+func (s *Server) register(lenderID, version string, sess *yamux.Session) bool {
 	now := s.clock.Now()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	a := s.agents[agentID]
+	a := s.lenders[lenderID]
 	if a == nil {
-		a = &agent{}
-		s.agents[agentID] = a
+		a = &lender{}
+		s.lenders[lenderID] = a
 	}
 	old := a.sess
 	a.sess = sess
-	a.pres = Presence{AgentID: agentID, Online: true, ConnectedAt: now, LastSeen: now, Version: version}
+	a.pres = Presence{LenderID: lenderID, Online: true, ConnectedAt: now, LastSeen: now, Version: version}
 	p := a.pres
 	s.mu.Unlock()
 	if old != nil {
-		s.log.Info("agent reconnected, replacing older connection", "agent", agentID)
+		s.log.Info("agent reconnected, replacing older connection", "agent", lenderID)
 		old.Close()
 	}
 	s.report(p)
@@ -159,10 +154,10 @@ func (s *Server) register(agentID, version string, sess *yamux.Session) bool {
 }
 
 // unregister marks the agent offline if sess is still its current session.
-func (s *Server) unregister(agentID string, sess *yamux.Session) bool {
+func (s *Server) unregister(lenderID string, sess *yamux.Session) bool {
 	now := s.clock.Now()
 	s.mu.Lock()
-	a := s.agents[agentID]
+	a := s.lenders[lenderID]
 	if a == nil || a.sess != sess {
 		s.mu.Unlock()
 		return false
@@ -176,10 +171,10 @@ func (s *Server) unregister(agentID string, sess *yamux.Session) bool {
 	return true
 }
 
-func (s *Server) seen(agentID string, sess *yamux.Session, t time.Time) {
+func (s *Server) seen(lenderID string, sess *yamux.Session, t time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a := s.agents[agentID]; a != nil && a.sess == sess {
+	if a := s.lenders[lenderID]; a != nil && a.sess == sess {
 		a.pres.LastSeen = t
 	}
 }
@@ -192,26 +187,26 @@ func (s *Server) report(p Presence) {
 
 // Presence returns what the relay knows about an agent; ok is false for an
 // agent that has never connected to this relay.
-func (s *Server) Presence(agentID string) (p Presence, ok bool) {
+func (s *Server) Presence(lenderID string) (p Presence, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a := s.agents[agentID]
+	a := s.lenders[lenderID]
 	if a == nil {
 		return Presence{}, false
 	}
 	return a.pres, true
 }
 
-// Agents returns the presence of every agent seen by this relay, sorted by
-// agent id.
-func (s *Server) Agents() []Presence {
+// Lenders returns the presence of every lending agent seen by this relay,
+// sorted by lender id.
+func (s *Server) Lenders() []Presence {
 	s.mu.Lock()
-	out := make([]Presence, 0, len(s.agents))
-	for _, a := range s.agents {
+	out := make([]Presence, 0, len(s.lenders))
+	for _, a := range s.lenders {
 		out = append(out, a.pres)
 	}
 	s.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
+	sort.Slice(out, func(i, j int) bool { return out[i].LenderID < out[j].LenderID })
 	return out
 }
 
@@ -220,7 +215,7 @@ func (s *Server) Online() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, a := range s.agents {
+	for _, a := range s.lenders {
 		if a.sess != nil {
 			n++
 		}
@@ -229,8 +224,8 @@ func (s *Server) Online() int {
 }
 
 // Dial opens a stream to the agent's API. It fails with an error wrapping
-// ErrAgentOffline when the agent is not connected.
-func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
+// ErrLenderOffline when the agent is not connected.
+func (s *Server) Dial(ctx context.Context, lenderID string) (net.Conn, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -238,12 +233,12 @@ func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
 	}
 	var sess *yamux.Session
 	var last time.Time
-	if a := s.agents[agentID]; a != nil {
+	if a := s.lenders[lenderID]; a != nil {
 		sess, last = a.sess, a.pres.LastSeen
 	}
 	s.mu.Unlock()
 	if sess == nil {
-		return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+		return nil, &OfflineError{LenderID: lenderID, LastSeen: last}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -251,11 +246,11 @@ func (s *Server) Dial(ctx context.Context, agentID string) (net.Conn, error) {
 	st, err := sess.OpenStream()
 	if err != nil {
 		if errors.Is(err, yamux.ErrSessionShutdown) {
-			return nil, &OfflineError{AgentID: agentID, LastSeen: last}
+			return nil, &OfflineError{LenderID: lenderID, LastSeen: last}
 		}
-		return nil, fmt.Errorf("dial agent %s: %w", agentID, err)
+		return nil, fmt.Errorf("dial agent %s: %w", lenderID, err)
 	}
-	return &stream{Stream: st, agent: relay.Addr(agentID)}, nil
+	return &stream{Stream: st, agent: relay.Addr(lenderID)}, nil
 }
 
 // stream gives a yamux stream addresses that name the agent.
@@ -269,22 +264,22 @@ func (s *stream) RemoteAddr() net.Addr { return s.agent }
 // Transport returns an HTTP transport whose connections go to the agent's
 // API through the relay. Requests may use any host; the URL's host is not
 // dialled. The same transport is returned for the same agent.
-func (s *Server) Transport(agentID string) http.RoundTripper {
+func (s *Server) Transport(lenderID string) http.RoundTripper {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.transports[agentID]; t != nil {
+	if t := s.transports[lenderID]; t != nil {
 		return t
 	}
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return s.Dial(ctx, agentID)
+			return s.Dial(ctx, lenderID)
 		},
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // long execs are allowed; callers bound them with contexts
 		DisableCompression:    true,
 	}
-	s.transports[agentID] = t
+	s.transports[lenderID] = t
 	return t
 }
 
@@ -294,7 +289,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	var sessions []*yamux.Session
-	for _, a := range s.agents {
+	for _, a := range s.lenders {
 		if a.sess != nil {
 			sessions = append(sessions, a.sess)
 		}

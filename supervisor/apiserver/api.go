@@ -36,7 +36,18 @@ type Handler struct {
 	Views interface {
 		Issue(ctx context.Context, agent, base string) (liveview.Grant, error)
 		Screenshot(ctx context.Context, agent string) ([]byte, error)
+		// Handler serves the viewer pages under /view/.
+		Handler() http.Handler
 	}
+	// Lenders lists the lent machines for GET /v1/lenders; nil when no
+	// provider runs computers on lent machines (the route is then unknown).
+	Lenders func(context.Context) ([]Lender, error)
+	// RelayToken is RELAY_TOKEN: when set, a relay running as its own
+	// process checks lending agents' tokens at relayserver.AuthenticatePath.
+	RelayToken string
+	// Egress is the egress proxy whose counters GET /metrics shows; nil
+	// when it is off.
+	Egress EgressStats
 }
 
 // New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
@@ -65,9 +76,13 @@ func (h *Handler) routes() {
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
 	m.Handle("POST /v1/companions/pair-codes", h.auth(h.createPairCode))
 	m.HandleFunc("POST /v1/companions/pair", h.pair) // the code is the credential
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
-	})
+	h.hostRoutes()
+	m.HandleFunc("/", h.noRoute)
+}
+
+// noRoute answers a request no route serves.
+func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 }
 
 // ServeHTTP implements http.Handler.

@@ -41,6 +41,8 @@ func (stubViews) Issue(context.Context, string, string) (liveview.Grant, error) 
 
 func (stubViews) Screenshot(context.Context, string) ([]byte, error) { return nil, nil }
 
+func (stubViews) Handler() http.Handler { return http.NotFoundHandler() }
+
 // FuzzPostBodies drives the real handler with a fuzzed body on each POST
 // route. Whatever the body, the answer is never a 5xx, every 4xx carries
 // the error envelope {"error":{"code","message"}}, and every answer is JSON.

@@ -6,9 +6,7 @@ package daemon
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,12 +23,10 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/egress"
+	"github.com/berthdev/berth/internal/hostnet"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/docker"
-	"github.com/berthdev/berth/providers/local"
-	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
@@ -76,10 +72,10 @@ type Options struct {
 	// computer.
 	Egress EgressOptions
 
-	// Relay, when set, is how the local provider reaches lenders (the
-	// relay in this process, for berth dev); otherwise the provider reads
-	// RELAY_URL and RELAY_TOKEN.
-	Relay local.Relay
+	// Relay, when set, is how providers that run computers on lent
+	// machines reach lenders (the relay in this process, for berth dev);
+	// otherwise such a provider reads RELAY_URL and RELAY_TOKEN.
+	Relay providers.LenderRelay
 	// RelayURL is the websocket URL lenders' agents connect to, given to
 	// each agent when it pairs.
 	RelayURL string
@@ -124,7 +120,11 @@ type Daemon struct {
 	log      *slog.Logger
 	tls      *tls.Config // the API's, nil for plain HTTP
 	egressLn net.Listener
-	guarded  int // the port opened in the host firewall, 0 if none
+	// guards are the providers that keep computers from reaching the
+	// host, in id order; guarded is the egress port they opened, 0 if
+	// none.
+	guards  []providers.HostGuard
+	guarded int
 
 	// TURN is the live-view relay and LiveView its signalling, nil when
 	// live view is off.
@@ -132,7 +132,7 @@ type Daemon struct {
 	LiveView    *liveview.Manager
 	turnSecret  []byte
 	viewerTURN  []string
-	turnGuarded int // the TURN port opened in the host firewall
+	turnGuarded int // the TURN port the guards opened
 }
 
 // New assembles a supervisor without starting it.
@@ -183,14 +183,8 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	d.Providers = map[string]providers.Provider{}
 	for _, id := range ids {
-		pcfg := providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id)}
-		var p providers.Provider
-		var err error
-		if id == local.ID && o.Relay != nil {
-			p, err = local.FromConfig(pcfg, o.Relay)
-		} else {
-			p, err = providers.New(id, pcfg)
-		}
+		pcfg := providers.Config{Getenv: o.Getenv, Logger: o.Logger.With("provider", id), Relay: o.Relay}
+		p, err := providers.New(id, pcfg)
 		if err != nil {
 			setting := "PROVIDERS"
 			if id == o.DefaultProvider {
@@ -200,17 +194,24 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		}
 		d.Providers[id] = p
 	}
+	for _, id := range slices.Sorted(maps.Keys(d.Providers)) {
+		if g, ok := d.Providers[id].(providers.HostGuard); ok {
+			d.guards = append(d.guards, g)
+		}
+	}
 
 	var err error
 	if d.Store, err = openStore(ctx, o); err != nil {
 		return nil, err
 	}
-	if lp, ok := d.Providers[local.ID].(*local.Local); ok {
-		st := d.Store
-		lp.SetWorkspaceLookup(func(ctx context.Context, agent string) (string, error) {
-			a, err := st.GetAgent(ctx, agent)
-			return a.Workspace, err
-		})
+	st := d.Store
+	for _, p := range d.Providers {
+		if wu, ok := p.(providers.WorkspaceUser); ok {
+			wu.SetWorkspaceLookup(func(ctx context.Context, agent string) (string, error) {
+				a, err := st.GetAgent(ctx, agent)
+				return a.Workspace, err
+			})
+		}
 	}
 	fail := func(err error) (*Daemon, error) {
 		if d.egressLn != nil {
@@ -304,24 +305,34 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		}
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.Handle("GET /metrics", h.Protect(http.HandlerFunc(d.metrics)))
-	if o.RelayToken != "" {
-		mux.HandleFunc("POST "+relayserver.AuthenticatePath, d.relayAuthenticate)
+	h.RelayToken = o.RelayToken
+	if d.Egress != nil {
+		h.Egress = d.Egress
 	}
-	if lp, ok := d.Providers[local.ID].(*local.Local); ok {
-		mux.Handle("GET /v1/lenders", h.Protect(d.lenders(lp)))
+	if ll := d.lenderLister(); ll != nil {
+		h.Lenders = d.lenders(ll)
 	}
-	if err := d.mountLiveView(mux, h, tokens); err != nil {
+	if err := d.startLiveView(h, tokens); err != nil {
 		return fail(err)
 	}
-	d.Handler = mux
+	d.Handler = h
 	return d, nil
 }
 
-// listenEgress opens the egress proxy's listener and, with the docker
-// provider, closes every other way from a computer to the host. It returns
+// lenderLister returns the first configured provider (by id) that runs
+// computers on lent machines, or nil.
+func (d *Daemon) lenderLister() providers.LenderLister {
+	for _, id := range slices.Sorted(maps.Keys(d.Providers)) {
+		if ll, ok := d.Providers[id].(providers.LenderLister); ok {
+			return ll
+		}
+	}
+	return nil
+}
+
+// listenEgress opens the egress proxy's listener and, with a provider
+// whose computers run on this host (a providers.HostGuard), closes every
+// other way from a computer to the host. It returns
 // the address computers use, or "" when egress is off.
 func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	o := d.opts.Egress
@@ -336,7 +347,7 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	if host, port, err := net.SplitHostPort(addr); err != nil {
 		return "", fmt.Errorf("EGRESS_LISTEN=%q: want HOST:PORT, :PORT or off", addr)
 	} else if host == "" {
-		ip, err := docker.BridgeIPv4()
+		ip, err := hostnet.BridgeIPv4()
 		if err != nil {
 			return "", fmt.Errorf("EGRESS_LISTEN: no docker0 address to listen on (%v); set EGRESS_LISTEN=HOST:PORT or off", err)
 		}
@@ -348,106 +359,40 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	}
 	d.egressLn = ln
 	port := ln.Addr().(*net.TCPAddr).Port
-	if _, ok := d.Providers["docker"]; ok {
-		if err := docker.GuardHost(ctx, port); err != nil {
+	for _, g := range d.guards {
+		if err := g.GuardHost(ctx, port); err != nil {
 			d.log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
-		} else {
-			d.guarded = port
-			// A supervisor killed before Close left its opening behind.
-			if closed, err := docker.RemoveStaleOpenings(ctx); err != nil {
-				d.log.Warn("could not remove stale egress openings from the host firewall", "err", err)
-			} else if len(closed) > 0 {
-				d.log.Info("removed stale egress openings from the host firewall", "ports", closed)
-			}
+			continue
+		}
+		d.guarded = port
+		// A supervisor killed before Close left its opening behind.
+		if closed, err := g.RemoveStaleOpenings(ctx); err != nil {
+			d.log.Warn("could not remove stale egress openings from the host firewall", "err", err)
+		} else if len(closed) > 0 {
+			d.log.Info("removed stale egress openings from the host firewall", "ports", closed)
 		}
 	}
 	return ln.Addr().String(), nil
 }
 
-// Lender is a lender's machine as GET /v1/lenders shows it: its companion
-// agent and its presence on the relay.
-type Lender struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name,omitempty"`
-	Online      bool      `json:"online"`
-	ConnectedAt time.Time `json:"connectedAt,omitzero"`
-	LastSeen    time.Time `json:"lastSeen,omitzero"`
-	Version     string    `json:"version,omitempty"`
-}
-
-// lenders answers GET /v1/lenders: every lender the relay has seen, with
-// its presence, so that an operator can name one in a local connection.
-func (d *Daemon) lenders(lp *local.Local) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		ps, err := lp.Lenders(r.Context())
+// lenders lists for GET /v1/lenders every lender the relay has seen, with
+// its presence and the name it was paired with.
+func (d *Daemon) lenders(ll providers.LenderLister) func(context.Context) ([]apiserver.Lender, error) {
+	return func(ctx context.Context) ([]apiserver.Lender, error) {
+		ps, err := ll.Lenders(ctx)
 		if err != nil {
-			d.log.Warn("list lenders", "err", err)
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeUnavailable, Message: "the relay cannot be reached"}})
-			return
+			return nil, err
 		}
-		out := make([]Lender, 0, len(ps))
+		out := make([]apiserver.Lender, 0, len(ps))
 		for _, p := range ps {
-			l := Lender{ID: p.AgentID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
-			if c, err := d.Store.GetCompanion(r.Context(), p.AgentID); err == nil {
+			l := apiserver.Lender{ID: p.LenderID, Online: p.Online, ConnectedAt: p.ConnectedAt, LastSeen: p.LastSeen, Version: p.Version}
+			if c, err := d.Store.GetCompanion(ctx, p.LenderID); err == nil {
 				l.Name = c.Name
 			}
 			out = append(out, l)
 		}
-		json.NewEncoder(w).Encode(out)
-	})
-}
-
-// relayAuthenticate answers a relay's check of an agent token, guarded by
-// RELAY_TOKEN. A wrong agent token is 401 and logged without the token.
-func (d *Daemon) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get(relayserver.TokenHeader)), []byte(d.opts.RelayToken)) != 1 {
-		d.log.Warn("relay token check refused: wrong RELAY_TOKEN", "remote", r.RemoteAddr)
-		w.WriteHeader(http.StatusUnauthorized)
-		json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeUnauthorized, Message: "missing or wrong " + relayserver.TokenHeader}})
-		return
+		return out, nil
 	}
-	var in relayserver.AuthenticateRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&in); err != nil || in.Token == "" {
-		w.WriteHeader(http.StatusBadRequest)
-		json.NewEncoder(w).Encode(map[string]any{"error": supervisor.Error{Code: supervisor.CodeBadRequest, Message: `body: want {"token": "..."}`}})
-		return
-	}
-	c, err := d.Service.AuthenticateCompanion(r.Context(), in.Token)
-	if err != nil {
-		e := supervisor.AsError(err)
-		w.WriteHeader(e.Status)
-		json.NewEncoder(w).Encode(map[string]any{"error": e})
-		return
-	}
-	json.NewEncoder(w).Encode(relayserver.AuthenticateAnswer{AgentID: c.ID})
-}
-
-// metrics serves the counters in the Prometheus text format.
-func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	ps := d.Service.PoolStats()
-	fmt.Fprintln(w, "# HELP berth_pool_waiting Warm-pool computers started and waiting for a session.")
-	fmt.Fprintf(w, "# TYPE berth_pool_waiting gauge\nberth_pool_waiting %d\n", ps.Waiting)
-	fmt.Fprintln(w, "# HELP berth_pool_creating Warm-pool computers being made.")
-	fmt.Fprintf(w, "# TYPE berth_pool_creating gauge\nberth_pool_creating %d\n", ps.Creating)
-	fmt.Fprintln(w, "# HELP berth_pool_claimed_total Starts served from the warm pool.")
-	fmt.Fprintf(w, "# TYPE berth_pool_claimed_total counter\nberth_pool_claimed_total %d\n", ps.Claimed)
-	if d.Egress == nil {
-		return
-	}
-	st := d.Egress.Stats()
-	fmt.Fprintln(w, "# HELP berth_egress_connections_total Egress proxy connections by verdict.")
-	fmt.Fprintln(w, "# TYPE berth_egress_connections_total counter")
-	for _, v := range slices.Sorted(maps.Keys(st.Verdicts)) {
-		fmt.Fprintf(w, "berth_egress_connections_total{verdict=%q} %d\n", v, st.Verdicts[v])
-	}
-	fmt.Fprintf(w, "# TYPE berth_egress_active gauge\nberth_egress_active %d\n", st.Active)
-	fmt.Fprintf(w, "# TYPE berth_egress_bytes_total counter\nberth_egress_bytes_total{direction=\"up\"} %d\nberth_egress_bytes_total{direction=\"down\"} %d\n", st.BytesUp, st.BytesDown)
-	fmt.Fprintln(w, "# HELP berth_egress_buffer_bytes Memory the egress proxy holds in copy buffers.")
-	fmt.Fprintf(w, "# TYPE berth_egress_buffer_bytes gauge\nberth_egress_buffer_bytes %d\n", st.Buffered)
 }
 
 func openStore(ctx context.Context, o Options) (store.Store, error) {
@@ -502,7 +447,7 @@ func (d *Daemon) ServeListener(ctx context.Context, ln net.Listener, grace time.
 	// Providers that make things ahead of time (the docker provider's
 	// network pool) start now.
 	for _, p := range d.Providers {
-		if w, ok := p.(interface{ Warm(context.Context) }); ok {
+		if w, ok := p.(providers.Warmer); ok {
 			w.Warm(ctx)
 		}
 	}
@@ -606,8 +551,10 @@ func (d *Daemon) Close() error {
 	if d.guarded != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := docker.UnguardPort(ctx, d.guarded); err != nil {
-			d.log.Warn("close the egress port in the host firewall", "err", err)
+		for _, g := range d.guards {
+			if err := g.UnguardPort(ctx, d.guarded); err != nil {
+				d.log.Warn("close the egress port in the host firewall", "err", err)
+			}
 		}
 	}
 	for _, p := range d.Providers {

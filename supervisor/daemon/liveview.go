@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/berthdev/berth/computerd/desktop"
+	"github.com/berthdev/berth/internal/hostnet"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
-	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/liveview"
@@ -58,7 +57,7 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 		return nil, fmt.Errorf("TURN_LISTEN=%q: want HOST:PORT, :PORT or off", o.Listen)
 	}
 	if host == "" {
-		ip, err := docker.BridgeIPv4()
+		ip, err := hostnet.BridgeIPv4()
 		if err != nil {
 			return nil, fmt.Errorf("TURN_LISTEN: no docker0 address to listen on (%v); set TURN_LISTEN=HOST:PORT or off", err)
 		}
@@ -109,8 +108,8 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 	if tlsPort != 0 {
 		d.viewerTURN = append(d.viewerTURN, "turns:"+net.JoinHostPort(public, strconv.Itoa(tlsPort))+"?transport=tcp")
 	}
-	if _, ok := d.Providers["docker"]; ok {
-		if err := docker.AllowTURN(ctx, turnPort); err != nil {
+	for _, g := range d.guards {
+		if err := g.AllowTURN(ctx, turnPort); err != nil {
 			d.log.Warn("could not open the TURN port to computers in the host firewall; live view of Docker computers may fail", "err", err)
 		} else {
 			d.turnGuarded = turnPort
@@ -145,8 +144,9 @@ func listenUDPTCP(host, port string) (net.PacketConn, net.Listener, error) {
 	return nil, nil, errors.New("no port free for both UDP and TCP")
 }
 
-// mountLiveView serves viewer links and pages when live view is on.
-func (d *Daemon) mountLiveView(mux *http.ServeMux, h *apiserver.Handler, tokens *token.Deriver) error {
+// startLiveView gives the API the viewer links and pages when live view is
+// on.
+func (d *Daemon) startLiveView(h *apiserver.Handler, tokens *token.Deriver) error {
 	if d.TURN == nil {
 		return nil
 	}
@@ -161,7 +161,6 @@ func (d *Daemon) mountLiveView(mux *http.ServeMux, h *apiserver.Handler, tokens 
 	}
 	d.LiveView = lv
 	h.Views = lv
-	mux.Handle("/view/", lv.Handler())
 	return nil
 }
 
@@ -173,8 +172,10 @@ func (d *Daemon) closeTURN() {
 	if d.turnGuarded != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := docker.UnguardTURN(ctx, d.turnGuarded); err != nil {
-			d.log.Warn("close the TURN port in the host firewall", "err", err)
+		for _, g := range d.guards {
+			if err := g.UnguardTURN(ctx, d.turnGuarded); err != nil {
+				d.log.Warn("close the TURN port in the host firewall", "err", err)
+			}
 		}
 	}
 }
