@@ -167,7 +167,8 @@ func TestLendingThroughRelay(t *testing.T) {
 
 	// The relay dies while a command runs.
 	const key = "relay-killed-exec"
-	body := map[string]any{"command": "echo ran >> /home/berth/marker; sleep 3; echo done", "timeoutSeconds": 30}
+	// The command outlasts the relay by far, however slow the machine.
+	body := map[string]any{"command": "echo ran >> /home/berth/marker; sleep 30; echo done", "timeoutSeconds": 60}
 	type answer struct {
 		status   int
 		replayed string
