@@ -34,15 +34,18 @@ type ErrorBody struct {
 }
 
 // Write answers v as JSON with the given status. A 204 answer has no body.
-// The types written always encode; a failed write means the client went
-// away, so it is not reported.
+// Characters special in HTML (<, > and &) are written as they are, so that
+// an answer printed raw reads as it was meant. The types written always
+// encode; a failed write means the client went away, so it is not reported.
 func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	if status == http.StatusNoContent {
 		return
 	}
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 // WriteError answers the envelope with the given status, code and message.

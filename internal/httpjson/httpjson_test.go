@@ -98,7 +98,7 @@ func TestWrite(t *testing.T) {
 		v      any
 		body   string
 	}{
-		{name: "object", status: http.StatusCreated, v: request{Name: "a<b>&c"}, body: `{"name":"a\u003cb\u003e\u0026c"}` + "\n"},
+		{name: "object", status: http.StatusCreated, v: request{Name: "a<b>&c"}, body: `{"name":"a<b>&c"}` + "\n"},
 		{name: "no content", status: http.StatusNoContent, v: request{Name: "a"}, body: ""},
 	}
 	for _, tt := range tests {
