@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
@@ -140,7 +141,7 @@ func writeError(w http.ResponseWriter, e *supervisor.Error) {
 }
 
 func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int, error) {
-	var req supervisor.CreateAgentRequest
+	var req api.CreateAgentRequest
 	if err := decode(w, r, &req); err != nil {
 		return nil, 0, err
 	}
@@ -149,7 +150,7 @@ func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int,
 }
 
 func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, int, error) {
-	var req supervisor.CreatePairCodeRequest
+	var req api.CreatePairCodeRequest
 	if err := decodeOptional(w, r, &req); err != nil {
 		return nil, 0, err
 	}
@@ -160,9 +161,9 @@ func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, i
 // pair redeems a pairing code; it takes no operator token. Neither the code
 // nor the token it answers with is logged.
 func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
-	var req supervisor.PairRequest
+	var req api.PairRequest
 	err := decode(w, r, &req)
-	var p supervisor.Paired
+	var p api.Paired
 	if err == nil {
 		p, err = h.svc.Pair(r.Context(), req)
 	}
@@ -261,10 +262,10 @@ type none struct{}
 
 func (h *Handler) toolRoutes() {
 	m := h.mux
-	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
 		return h.svc.Start(ctx, agent)
 	}))
-	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
 		return h.svc.Stop(ctx, agent)
 	}))
 	m.Handle("POST /v1/agents/{agent}/computer/exec", tool(h, "exec", true, h.svc.Exec))

@@ -7,17 +7,19 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/berthdev/berth/api"
 )
 
-// Session states (SPEC section 10).
+// Session states (SPEC section 10), as the REST API defines them.
 const (
-	StateStarting      = "starting"
-	StateRunning       = "running"
-	StateStopping      = "stopping"
-	StateStopped       = "stopped"
-	StateExpired       = "expired"
-	StateUncertain     = "uncertain"
-	StateCleanupFailed = "cleanup_failed"
+	StateStarting      = api.StateStarting
+	StateRunning       = api.StateRunning
+	StateStopping      = api.StateStopping
+	StateStopped       = api.StateStopped
+	StateExpired       = api.StateExpired
+	StateUncertain     = api.StateUncertain
+	StateCleanupFailed = api.StateCleanupFailed
 )
 
 // Live reports whether a session in state s holds the agent's one computer
