@@ -234,12 +234,7 @@ func fileError(path string, err error) error {
 }
 
 // UsageView is the answer of GET /v1/usage.
-type UsageView struct {
-	By   string           `json:"by"`
-	From time.Time        `json:"from"`
-	To   time.Time        `json:"to"`
-	Rows []store.UsageRow `json:"rows"`
-}
+type UsageView = api.Usage
 
 // Usage sums session seconds by provider or workspace for sessions started
 // in [from, to). Zero times mean the last 30 days up to now.

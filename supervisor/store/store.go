@@ -108,12 +108,9 @@ type Reservation struct {
 	PoolOwner string
 }
 
-// UsageRow is the session time of one provider or workspace.
-type UsageRow struct {
-	Key      string `json:"key"`
-	Seconds  int64  `json:"seconds"`
-	Sessions int64  `json:"sessions"`
-}
+// UsageRow is the session time of one provider or workspace, as the REST
+// API reports it.
+type UsageRow = api.UsageRow
 
 // Store keeps the supervisor's state. Every method is safe for concurrent
 // use, also from several supervisors sharing one database.
