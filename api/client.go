@@ -30,6 +30,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Defaults of the retry policy.
@@ -45,6 +47,9 @@ const maxRetryAfter = 30 * time.Second
 
 // maxAnswerBytes bounds the body of an answer.
 const maxAnswerBytes = 32 << 20
+
+// maxErrorBytes bounds the body of an error answer.
+const maxErrorBytes = 64 << 10
 
 // Client calls one supervisor. It is safe for concurrent use.
 type Client struct {
@@ -233,23 +238,27 @@ func (c *Client) once(ctx context.Context, r request, body []byte, key string) (
 		return r.repeatable || neverSent(err), 0, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
-	if err != nil {
-		// The supervisor answered, so the call happened; only a call that
-		// is safe to repeat may ask for that answer again.
-		return r.repeatable && ctx.Err() == nil, 0, fmt.Errorf("client: %s %s: read answer: %w", r.method, r.path, err)
-	}
-	if len(data) > maxAnswerBytes {
-		return false, 0, fmt.Errorf("client: %s %s: answer larger than %d bytes", r.method, r.path, maxAnswerBytes)
-	}
-
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		apiErr := decodeError(resp, data)
+		e, err := httpjson.ReadError(resp, maxErrorBytes)
+		if err != nil {
+			// The supervisor answered, so the call happened; only a call
+			// that is safe to repeat may ask for that answer again.
+			return r.repeatable && ctx.Err() == nil, 0, fmt.Errorf("client: %s %s: read answer: %w", r.method, r.path, err)
+		}
+		apiErr := decodeError(resp, e)
 		if resp.StatusCode != http.StatusServiceUnavailable {
 			return false, 0, apiErr
 		}
 		wait, ok := retryAfter(resp.Header.Get("Retry-After"))
 		return ok, wait, apiErr
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		// As above: the call happened.
+		return r.repeatable && ctx.Err() == nil, 0, fmt.Errorf("client: %s %s: read answer: %w", r.method, r.path, err)
+	}
+	if len(data) > maxAnswerBytes {
+		return false, 0, fmt.Errorf("client: %s %s: answer larger than %d bytes", r.method, r.path, maxAnswerBytes)
 	}
 	data = bytes.TrimSpace(data)
 	if r.out != nil && len(data) > 0 {
@@ -317,28 +326,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// decodeError turns a non-2xx answer into an *APIError.
-func decodeError(resp *http.Response, data []byte) *APIError {
-	e := &APIError{Status: resp.StatusCode}
-	var env struct {
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(data, &env) == nil && env.Error != nil {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
-		return e
+// decodeError turns a non-2xx answer, read as e, into an *APIError.
+func decodeError(resp *http.Response, e *httpjson.Error) *APIError {
+	out := &APIError{Status: e.Status}
+	if e.Code != "" {
+		out.Code, out.Message = e.Code, e.Message
+		return out
 	}
 	// Not the supervisor's envelope: keep a short plain-text body (a proxy's
 	// message), never an HTML page.
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if text := strings.TrimSpace(string(data)); mt == "text/plain" && text != "" && utf8.ValidString(text) {
+	if text := e.Message; mt == "text/plain" && text != "" && utf8.ValidString(text) {
 		line, _, _ := strings.Cut(text, "\n")
 		if r := []rune(line); len(r) > 200 {
 			line = string(r[:200]) + "…"
 		}
-		e.Message = line
+		out.Message = line
 	}
-	return e
+	return out
 }

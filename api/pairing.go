@@ -6,6 +6,19 @@ import (
 	"time"
 )
 
+// CreatePairCodeRequest is the optional body of POST
+// /v1/companions/pair-codes.
+type CreatePairCodeRequest struct {
+	// Name is the companion's name unless the agent gives one.
+	Name string `json:"name,omitempty"`
+}
+
+// PairRequest is the body of POST /v1/companions/pair.
+type PairRequest struct {
+	Code string `json:"code"`
+	Name string `json:"name,omitempty"`
+}
+
 // PairCode is a one-time pairing code and when it expires.
 type PairCode struct {
 	Code      string    `json:"code"`
@@ -25,9 +38,7 @@ type Paired struct {
 // when set, names the companion to be.
 func (c *Client) CreatePairCode(ctx context.Context, name string) (*PairCode, error) {
 	var out PairCode
-	in := struct {
-		Name string `json:"name,omitempty"`
-	}{name}
+	in := CreatePairCodeRequest{Name: name}
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/companions/pair-codes", in: in, out: &out}); err != nil {
 		return nil, err
 	}
@@ -40,10 +51,7 @@ func (c *Client) CreatePairCode(ctx context.Context, name string) (*PairCode, er
 // supervisor.
 func (c *Client) Pair(ctx context.Context, code, name string) (*Paired, error) {
 	var out Paired
-	in := struct {
-		Code string `json:"code"`
-		Name string `json:"name,omitempty"`
-	}{code, name}
+	in := PairRequest{Code: code, Name: name}
 	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/companions/pair", in: in, out: &out, noAuth: true}); err != nil {
 		return nil, err
 	}

@@ -171,19 +171,20 @@ func TestWorstCaseAnswersFit(t *testing.T) {
 	defer srv.Close()
 	c := computerd.NewClient(ts.URL, "tok", computerd.WithHTTPClient(ts.Client()))
 
-	// Each NUL is \u0000 and each '<' is \u003c on the wire: 6 bytes.
-	cmd := "head -c 100000 /dev/zero; head -c 100000 /dev/zero | tr '\\0' '<' >&2"
+	// Each NUL is \u0000 and each \x01 is \u0001 on the wire: 6 bytes.
+	cmd := "head -c 100000 /dev/zero; head -c 100000 /dev/zero | tr '\\0' '\\1' >&2"
 	for _, limit := range []int{16 << 10, 0} {
 		res, err := c.Exec(ctx, computerd.ExecRequest{Command: cmd, TimeoutMs: 10000, MaxOutputBytes: limit})
 		if err != nil {
 			t.Fatalf("exec with %d bytes per stream: %v", limit, err)
 		}
-		if !res.StdoutTruncated || !res.StderrTruncated || !strings.Contains(res.Stderr, "<<<") {
+		if !res.StdoutTruncated || !res.StderrTruncated || !strings.Contains(res.Stderr, "\x01\x01\x01") {
 			t.Errorf("exec with %d bytes per stream: %+v", limit, res)
 		}
 	}
-	// 24,000 characters that are escaped to 6 bytes each.
-	if err := os.WriteFile(filepath.Join(home, "f.txt"), bytes.Repeat([]byte("\x01<\u2028"), 9000), 0o644); err != nil {
+	// 24,000 characters that take 6 bytes each on the wire (control
+	// characters and U+2028 are escaped).
+	if err := os.WriteFile(filepath.Join(home, "f.txt"), bytes.Repeat([]byte("\x01\x02\u2028"), 9000), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r, err := c.Read(ctx, "f.txt", 0, 24000)

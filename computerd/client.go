@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Client calls one computerd. It is safe for concurrent use.
@@ -600,14 +602,14 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // computerd's, and into a plain error when it came from something else on
 // the way (a proxy, a gateway) or could not be read whole.
 func answerError(method, path string, resp *http.Response) error {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, errorAnswerBytes))
+	e, err := httpjson.ReadError(resp, errorAnswerBytes)
 	if err != nil {
 		return fmt.Errorf("computerd %s %s: %s, reading the answer: %w", method, path, resp.Status, err)
 	}
-	var eb ErrorBody
-	if json.Unmarshal(b, &eb) == nil && eb.Error.Code != "" {
-		return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+	if e.Code != "" {
+		return &APIError{Status: e.Status, Code: e.Code, Message: e.Message}
 	}
+	b := e.Message
 	const maxQuote = 200
 	if len(b) > maxQuote {
 		b = b[:maxQuote]

@@ -3,6 +3,8 @@
 // images/computerd/server and the Go client in this package (client.go).
 package computerd
 
+import "github.com/berthdev/berth/internal/httpjson"
+
 // Port is the TCP port computerd listens on inside every computer.
 const Port = 7070
 
@@ -150,16 +152,12 @@ type Health struct {
 	ComputerID string `json:"computerId,omitempty"`
 }
 
-// Error is the body of every failed request: {"error": {...}}.
-type Error struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// Error is the error of every failed request, inside the envelope
+// {"error": {...}}.
+type Error = httpjson.Error
 
-// ErrorBody wraps Error on the wire.
-type ErrorBody struct {
-	Error Error `json:"error"`
-}
+// ErrorBody is the envelope of an error answer.
+type ErrorBody = httpjson.ErrorBody
 
 // Error codes computerd answers with.
 const (

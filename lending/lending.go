@@ -10,11 +10,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"time"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Paths of the API the lender serves to the supervisor over the relay
@@ -79,11 +77,6 @@ type State struct {
 	Computers []Computer `json:"computers"`
 }
 
-// ErrorBody is the shape of every error answer.
-type ErrorBody struct {
-	Error *Error `json:"error"`
-}
-
 // The most a supervisor reads of a lender's answer: one computer or the
 // state, and the list of computers.
 const (
@@ -120,35 +113,9 @@ const (
 	CodeInternal        = "internal"            // 500
 )
 
-// Error is a refusal or failure with the status and code a caller sees.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// StatusCode is the HTTP status of the refusal.
-func (e *Error) StatusCode() int { return e.Status }
-
-// ErrorCode is the refusal's code.
-func (e *Error) ErrorCode() string { return e.Code }
-
-// ErrorMessage is the refusal's message.
-func (e *Error) ErrorMessage() string { return e.Message }
-
-// ReadError reads an error answer; ok is false when the body is not the
-// protocol's error shape (its text, up to 64 KiB, becomes the message).
-func ReadError(resp *http.Response) (e *Error, ok bool) {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var eb ErrorBody
-	if json.Unmarshal(b, &eb) != nil || eb.Error == nil || eb.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: CodeUnavailable, Message: strings.TrimSpace(string(b))}, false
-	}
-	eb.Error.Status = resp.StatusCode
-	return eb.Error, true
-}
+// Error is a refusal or failure with the status and code a caller sees,
+// answered in the shared error envelope {"error": {"code", "message"}}.
+type Error = httpjson.Error
 
 // OwnerViewKey is the key of a desktop session's owner link, the
 // supervisor's /view/{session}/owner?key=KEY: base64url of HMAC-SHA256

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Error codes the API answers with, each with its HTTP status.
@@ -26,15 +28,25 @@ const (
 // session, which has neither a shell nor files (422).
 const CodeBrowserSession = "not_available_on_browser_session"
 
-// Error is a failure with the status and code a client sees. Messages name
-// the field and the limit; they never carry secrets or internal addresses.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+// Error is a failure with the status and code a client sees, answered in
+// the shared error envelope. Messages name the field and the limit; they
+// never carry secrets or internal addresses.
+type Error = httpjson.Error
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+// BodyError turns a request body that httpjson.Decode refused into the
+// API's error: limit_exceeded (413) for an oversize body, bad_request (400)
+// for any other. Other errors are returned as they are.
+func BodyError(err error) error {
+	var de *httpjson.DecodeError
+	if !errors.As(err, &de) {
+		return err
+	}
+	code := CodeBadRequest
+	if de.TooLarge {
+		code = CodeLimit
+	}
+	return &Error{Status: de.Status(), Code: code, Message: de.Message}
+}
 
 func errorf(status int, code, format string, args ...any) *Error {
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}

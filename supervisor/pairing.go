@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -32,31 +33,17 @@ const (
 )
 
 // CreatePairCodeRequest is the optional body of POST /v1/companions/pair-codes.
-type CreatePairCodeRequest struct {
-	// Name is the companion's name unless the agent gives one.
-	Name string `json:"name,omitempty"`
-}
+type CreatePairCodeRequest = api.CreatePairCodeRequest
 
 // PairCode is a new one-time pairing code, shown once.
-type PairCode struct {
-	Code      string    `json:"code"`
-	ExpiresAt time.Time `json:"expiresAt"`
-}
+type PairCode = api.PairCode
 
 // PairRequest is the body of POST /v1/companions/pair.
-type PairRequest struct {
-	Code string `json:"code"`
-	Name string `json:"name,omitempty"`
-}
+type PairRequest = api.PairRequest
 
 // Paired is the answer to a pairing: the companion agent's id and the token
 // it authenticates with, shown once.
-type Paired struct {
-	AgentID string `json:"agentId"`
-	Token   string `json:"token"`
-	// RelayURL is the relay the agent connects to (`berth agent run`).
-	RelayURL string `json:"relayUrl,omitempty"`
-}
+type Paired = api.Paired
 
 // CreatePairCode makes a one-time pairing code that a lender's agent
 // exchanges for a token with Pair, within PairCodeTTL. Only the code's hash

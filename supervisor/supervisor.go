@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/internal/clock"
@@ -162,11 +163,7 @@ func newID(prefix string) string {
 }
 
 // CreateAgentRequest is the body of POST /v1/agents.
-type CreateAgentRequest struct {
-	ID        string `json:"id,omitempty"`
-	Name      string `json:"name"`
-	Workspace string `json:"workspace,omitempty"`
-}
+type CreateAgentRequest = api.CreateAgentRequest
 
 // CreateAgent registers an agent.
 func (s *Service) CreateAgent(ctx context.Context, r CreateAgentRequest) (store.Agent, error) {
@@ -305,25 +302,11 @@ func (s *Service) connection(ctx context.Context, agent string) (store.Connectio
 }
 
 // SessionView is a session as the API shows it.
-type SessionView struct {
-	ID               string    `json:"id"`
-	State            string    `json:"state"`
-	Provider         string    `json:"provider"`
-	Image            string    `json:"image"`
-	StartedAt        time.Time `json:"startedAt"`
-	ExpiresAt        time.Time `json:"expiresAt"`
-	RemainingSeconds int       `json:"remainingSeconds"`
-	Message          string    `json:"message,omitempty"`
-	// Browser is set for a hosted browser session (see BrowserSession).
-	Browser *BrowserView `json:"browser,omitempty"`
-}
+type SessionView = api.Session
 
 // BrowserView is what a hosted browser session offers in place of a shell
 // and files: its DevTools (CDP) URL and its live view.
-type BrowserView struct {
-	CDPURL      string `json:"cdpUrl"`
-	LiveViewURL string `json:"liveViewUrl,omitempty"`
-}
+type BrowserView = api.Browser
 
 // BrowserSession is a provider whose sessions are hosted browsers, not
 // computers: exec and the file tools are refused on them
@@ -493,12 +476,7 @@ func (s *Service) DeleteWorkspace(ctx context.Context, workspace string) (int, e
 
 // ComputerView is one line of the computer list: a connection and its live
 // session, if any.
-type ComputerView struct {
-	Agent    string       `json:"agent"`
-	Provider string       `json:"provider"`
-	Image    string       `json:"image"`
-	Session  *SessionView `json:"session"`
-}
+type ComputerView = api.Computer
 
 // Computers lists every connection with its live session.
 func (s *Service) Computers(ctx context.Context) ([]ComputerView, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -66,15 +67,7 @@ type ExecRequest struct {
 }
 
 // ExecResult is the answer of computer_exec.
-type ExecResult struct {
-	ExitCode  int    `json:"exitCode"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	Truncated bool   `json:"truncated"`
-	TimedOut  bool   `json:"timedOut"`
-	Uncertain bool   `json:"uncertain"`
-	Advice    string `json:"advice,omitempty"`
-}
+type ExecResult = api.ExecResult
 
 // Exec runs a shell command on the agent's computer.
 func (s *Service) Exec(ctx context.Context, agent string, r ExecRequest) (ExecResult, error) {
@@ -128,10 +121,7 @@ func (s *Service) Exec(ctx context.Context, agent string, r ExecRequest) (ExecRe
 }
 
 // ReadRequest is the body of computer_read_file.
-type ReadRequest struct {
-	Path   string `json:"path"`
-	Offset int64  `json:"offset,omitempty"`
-}
+type ReadRequest = api.ReadFileRequest
 
 // ReadResult is the answer of computer_read_file.
 type ReadResult struct {
@@ -182,16 +172,10 @@ func (s *Service) ReadFile(ctx context.Context, agent string, r ReadRequest) (Re
 }
 
 // WriteRequest is the body of computer_write_file.
-type WriteRequest struct {
-	Path    string `json:"path"`
-	Content string `json:"content"`
-}
+type WriteRequest = api.WriteFileRequest
 
 // WriteResult is the answer of computer_write_file: what is on disk.
-type WriteResult struct {
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
-}
+type WriteResult = api.WriteFileResult
 
 // WriteFile writes a file atomically and verifies its size and checksum.
 func (s *Service) WriteFile(ctx context.Context, agent string, r WriteRequest) (WriteResult, error) {
@@ -250,12 +234,7 @@ func fileError(path string, err error) error {
 }
 
 // UsageView is the answer of GET /v1/usage.
-type UsageView struct {
-	By   string           `json:"by"`
-	From time.Time        `json:"from"`
-	To   time.Time        `json:"to"`
-	Rows []store.UsageRow `json:"rows"`
-}
+type UsageView = api.Usage
 
 // Usage sums session seconds by provider or workspace for sessions started
 // in [from, to). Zero times mean the last 30 days up to now.

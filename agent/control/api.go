@@ -323,13 +323,5 @@ const (
 	CleanupKept    = "kept"
 )
 
-// ErrorBody is the shape of every error answer.
-type ErrorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // SocketName is the control socket's file name in the agent's data folder.
 const SocketName = "agent.sock"

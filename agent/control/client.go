@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // maxAnswer bounds a JSON answer the client reads; a screenshot may be
@@ -205,10 +207,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 }
 
 func readError(resp *http.Response) error {
-	var eb ErrorBody
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
-		return &APIError{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+	e, _ := httpjson.ReadError(resp, 64<<10)
+	if e.Code == "" {
+		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
 	}
-	return &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+	return &APIError{Status: e.Status, Code: e.Code, Message: e.Message}
 }

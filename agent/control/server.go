@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,11 +12,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Backend is what the control API serves; agent/lender's Lender is one.
-// Errors that carry their own status and code (see StatusError) are
-// answered with them; any other error is a 500 whose details stay in the
+// Errors that carry their own status and code (an *httpjson.Error, such as
+// a *lending.Error) are answered with them; any other error is a 500 whose details stay in the
 // agent's log.
 type Backend interface {
 	Status(ctx context.Context) Status
@@ -32,14 +33,6 @@ type Backend interface {
 	Usage(ctx context.Context, days int) (Usage, error)
 	Cleanups() []CleanupPrompt
 	ResolveCleanup(ctx context.Context, id string, remove bool) (CleanupPrompt, error)
-}
-
-// StatusError is an error that says how the API answers it.
-type StatusError interface {
-	error
-	StatusCode() int
-	ErrorCode() string
-	ErrorMessage() string
 }
 
 // maxBody bounds a request body.
@@ -107,7 +100,7 @@ func Handler(b Backend, log *slog.Logger) http.Handler {
 		if v := r.URL.Query().Get("days"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				h.fail(w, &apiError{http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("days: %q is not a whole number of days (1..90)", v)})
+				h.fail(w, &httpjson.Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: fmt.Sprintf("days: %q is not a whole number of days (1..90)", v)})
 				return
 			}
 			days = n
@@ -127,7 +120,7 @@ func Handler(b Backend, log *slog.Logger) http.Handler {
 		h.answer(w, p, err)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, &apiError{http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+		h.fail(w, &httpjson.Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
 	return mux
 }
@@ -137,27 +130,15 @@ type handler struct {
 	log *slog.Logger
 }
 
-type apiError struct {
-	status        int
-	code, message string
-}
-
-func (e *apiError) Error() string        { return e.code + ": " + e.message }
-func (e *apiError) StatusCode() int      { return e.status }
-func (e *apiError) ErrorCode() string    { return e.code }
-func (e *apiError) ErrorMessage() string { return e.message }
-
 func (h *handler) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		h.fail(w, &apiError{http.StatusBadRequest, CodeBadRequest, "body: " + err.Error()})
+	if err := httpjson.Decode(w, r, maxBody, v); err != nil {
+		h.fail(w, &httpjson.Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Message: err.Error()})
 		return false
 	}
 	return true
 }
 
-func (h *handler) ok(w http.ResponseWriter, v any) { writeJSON(w, http.StatusOK, v) }
+func (h *handler) ok(w http.ResponseWriter, v any) { httpjson.Write(w, http.StatusOK, v) }
 
 func (h *handler) answer(w http.ResponseWriter, v any, err error) {
 	if err != nil {
@@ -168,22 +149,12 @@ func (h *handler) answer(w http.ResponseWriter, v any, err error) {
 }
 
 func (h *handler) fail(w http.ResponseWriter, err error) {
-	var se StatusError
-	var body ErrorBody
-	status := http.StatusInternalServerError
-	if errors.As(err, &se) {
-		status, body.Error.Code, body.Error.Message = se.StatusCode(), se.ErrorCode(), se.ErrorMessage()
-	} else {
+	var e *httpjson.Error
+	if !errors.As(err, &e) {
 		h.log.Error("control request failed", "err", err)
-		body.Error.Code, body.Error.Message = CodeInternal, "internal error; see the agent's log"
+		e = &httpjson.Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error; see the agent's log"}
 	}
-	writeJSON(w, status, body)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	httpjson.WriteError(w, e.Status, e.Code, e.Message)
 }
 
 // Listen opens the control socket at path, readable and writable by the

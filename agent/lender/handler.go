@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
@@ -22,7 +23,7 @@ func (l *Lender) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+lending.PathComputers, l.handleCreate)
 	mux.HandleFunc("GET "+lending.PathComputers, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, l.Computers())
+		httpjson.Write(w, http.StatusOK, l.Computers())
 	})
 	mux.HandleFunc("DELETE "+lending.PathComputer, func(w http.ResponseWriter, r *http.Request) {
 		if err := l.Destroy(r.Context(), r.PathValue("id")); err != nil {
@@ -33,7 +34,7 @@ func (l *Lender) Handler() http.Handler {
 	})
 	mux.HandleFunc(lending.PathComputer+lending.ComputerdPrefix+"/{rest...}", l.handleComputerd)
 	mux.HandleFunc("GET "+lending.PathState, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, l.State())
+		httpjson.Write(w, http.StatusOK, l.State())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, lending.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
@@ -55,7 +56,7 @@ func (l *Lender) handleCreate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, c)
+	httpjson.Write(w, http.StatusCreated, c)
 }
 
 // handleComputerd proxies a request to the computer's computerd. The
@@ -103,16 +104,10 @@ func (l *Lender) handleComputerd(w http.ResponseWriter, r *http.Request) {
 	p.ServeHTTP(w, r)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, ErrClosed) {
 		err = errorf(http.StatusServiceUnavailable, lending.CodeUnavailable, "the agent is shutting down")
 	}
 	e := AsError(err)
-	writeJSON(w, e.Status, lending.ErrorBody{Error: e})
+	httpjson.WriteError(w, e.Status, e.Code, e.Message)
 }

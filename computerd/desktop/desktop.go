@@ -30,6 +30,7 @@ import (
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Environment variables a desktop computer is configured with.
@@ -292,28 +293,28 @@ func (d *Desktop) Status() Status {
 }
 
 func (d *Desktop) handleStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, d.Status())
+	httpjson.Write(w, http.StatusOK, d.Status())
 }
 
 func (d *Desktop) handleWarm(w http.ResponseWriter, r *http.Request) {
 	var req WarmRequest
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&req); err != nil {
-			writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, "invalid JSON body: "+err.Error())
+			httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, "invalid JSON body: "+err.Error())
 			return
 		}
 	}
 	codec := cmp.Or(req.Codec, CodecH264)
 	if codec != CodecH264 && codec != CodecVP8 {
-		writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("codec: %q must be %q or %q", codec, CodecH264, CodecVP8))
+		httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("codec: %q must be %q or %q", codec, CodecH264, CodecVP8))
 		return
 	}
 	if _, err := d.acquire(codec); err != nil {
-		writeError(w, http.StatusServiceUnavailable, computerd.CodeInternal, err.Error())
+		httpjson.WriteError(w, http.StatusServiceUnavailable, computerd.CodeInternal, err.Error())
 		return
 	}
 	d.release(codec)
-	writeJSON(w, http.StatusOK, d.Status())
+	httpjson.Write(w, http.StatusOK, d.Status())
 }
 
 // handleScreenshot answers a PNG of the screen: one frame from ffmpeg.
@@ -326,20 +327,10 @@ func (d *Desktop) handleScreenshot(w http.ResponseWriter, r *http.Request) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil || out.Len() == 0 {
-		writeError(w, http.StatusServiceUnavailable, computerd.CodeInternal, fmt.Sprintf("screenshot of %s: %v %s", d.cfg.Display, err, strings.TrimSpace(errb.String())))
+		httpjson.WriteError(w, http.StatusServiceUnavailable, computerd.CodeInternal, fmt.Sprintf("screenshot of %s: %v %s", d.cfg.Display, err, strings.TrimSpace(errb.String())))
 		return
 	}
 	w.Header().Set("Content-Type", "image/png")
 	w.Header().Set("Content-Length", strconv.Itoa(out.Len()))
 	w.Write(out.Bytes())
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, computerd.ErrorBody{Error: computerd.Error{Code: code, Message: msg}})
 }

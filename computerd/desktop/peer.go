@@ -16,6 +16,7 @@ import (
 	"github.com/pion/webrtc/v4/pkg/media"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // gatherTimeout bounds ICE gathering before an answer.
@@ -131,11 +132,11 @@ func (d *Desktop) iceServers(in []ICEServer) ([]webrtc.ICEServer, error) {
 func (d *Desktop) handleOffer(w http.ResponseWriter, r *http.Request) {
 	var req OfferRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 2*maxSDPBytes)).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, "invalid JSON body: "+err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, "invalid JSON body: "+err.Error())
 		return
 	}
 	if req.SDP == "" || len(req.SDP) > maxSDPBytes {
-		writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("sdp: required, at most %d bytes", maxSDPBytes))
+		httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("sdp: required, at most %d bytes", maxSDPBytes))
 		return
 	}
 	codec := req.Codec
@@ -144,12 +145,12 @@ func (d *Desktop) handleOffer(w http.ResponseWriter, r *http.Request) {
 		codec = pickCodec(req.SDP)
 	case CodecH264, CodecVP8:
 	default:
-		writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("codec: %q must be %q or %q", codec, CodecH264, CodecVP8))
+		httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, fmt.Sprintf("codec: %q must be %q or %q", codec, CodecH264, CodecVP8))
 		return
 	}
 	servers, err := d.iceServers(req.ICEServers)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, computerd.CodeBadRequest, err.Error())
+		httpjson.WriteError(w, http.StatusBadRequest, computerd.CodeBadRequest, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), gatherTimeout+2*time.Second)
@@ -163,10 +164,10 @@ func (d *Desktop) handleOffer(w http.ResponseWriter, r *http.Request) {
 		case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			code = computerd.CodeInternal
 		}
-		writeError(w, status, code, err.Error())
+		httpjson.WriteError(w, status, code, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, answer)
+	httpjson.Write(w, http.StatusOK, answer)
 }
 
 // answer makes the viewer's connection: it starts (or joins) the encoder

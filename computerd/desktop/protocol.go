@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // Paths computerd serves when the desktop is configured.
@@ -162,12 +163,11 @@ func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
-		var eb computerd.ErrorBody
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(raw, &eb) == nil && eb.Error.Code != "" {
-			return nil, &RemoteError{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+		e, _ := httpjson.ReadError(resp, 64<<10)
+		if e.Code == "" {
+			e.Code = computerd.CodeInternal
 		}
-		return nil, &RemoteError{Status: resp.StatusCode, Code: computerd.CodeInternal, Message: strings.TrimSpace(string(raw))}
+		return nil, &RemoteError{Status: e.Status, Code: e.Code, Message: e.Message}
 	}
 	return resp, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -72,7 +73,7 @@ func (s *Server) handleBind(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusConflict, computerd.CodeAlreadyBound, "this computer is bound already; it takes one bind only")
 	}
 	s.log.Info("bound to a session", "env", len(env))
-	writeJSON(w, http.StatusOK, computerd.BindResult{ComputerID: s.cfg.ComputerID})
+	httpjson.Write(w, http.StatusOK, computerd.BindResult{ComputerID: s.cfg.ComputerID})
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 const (
@@ -400,7 +401,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.log.Info("exec", "pid", c.pid, "exit", res.ExitCode, "timedOut", o.timedOut, "canceled", o.canceled,
 		"held", o.held, "ms", res.DurationMs, "stdoutBytes", res.StdoutBytes, "stderrBytes", res.StderrBytes)
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 	s.trimSoon(len(res.Stdout) + len(res.Stderr))
 	return nil
 }

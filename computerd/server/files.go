@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // maxWriteBody bounds the JSON body of a write. JSON may spend up to six
@@ -67,7 +68,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) error {
 	}
 	res.Path = path
 	res.Size = fi.Size()
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 	s.trimSoon(len(res.Content))
 	return nil
 }
@@ -186,7 +187,7 @@ func (s *Server) handleWrite(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 	return nil
 }
 
@@ -207,7 +208,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 	return nil
 }
 
@@ -366,7 +367,7 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fileError("stat", path, err)
 	}
-	writeJSON(w, http.StatusOK, fileInfo(path, fi))
+	httpjson.Write(w, http.StatusOK, fileInfo(path, fi))
 	return nil
 }
 
@@ -418,7 +419,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 		}
 		res.Entries = append(res.Entries, fileInfo(p, fi))
 	}
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 	return nil
 }
 

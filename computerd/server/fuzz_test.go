@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -39,8 +40,8 @@ func FuzzResolvePath(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p string) {
 		got, err := s.resolve("path", p)
 		if p == "" || strings.IndexByte(p, 0) >= 0 {
-			var ae *apiError
-			if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.code != computerd.CodeBadRequest {
+			var ae *httpjson.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != computerd.CodeBadRequest {
 				t.Fatalf("resolve(%q) = %q, %v; want a 400", p, got, err)
 			}
 			return

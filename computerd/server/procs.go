@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // maxCommandLine bounds the command line reported for one process.
@@ -148,7 +149,7 @@ func (s *Server) handleProcesses(w http.ResponseWriter, r *http.Request) error {
 			RSSKiB: p.rssPages * page, Command: commandLine(p),
 		})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 	return nil
 }
 

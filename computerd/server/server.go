@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -102,7 +103,7 @@ func New(cfg Config) *Server {
 }
 
 // handlerFunc is an HTTP handler that reports a failure as an error; errors
-// that are not *apiError answer 500.
+// that are not *httpjson.Error answer 500.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) routes() {
@@ -140,9 +141,11 @@ func (s *Server) route(path, method string, h handlerFunc, auth bool) {
 	}, auth))
 }
 
-// wrap adds authentication and error answers to h.
+// wrap adds authentication and error answers to h. No answer of computerd
+// is to be cached.
 func (s *Server) wrap(h handlerFunc, auth bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
 		if auth && !s.authorized(r) {
 			msg := "missing or wrong bearer token"
 			if !s.Bound() {
@@ -155,7 +158,7 @@ func (s *Server) wrap(h handlerFunc, auth bool) http.Handler {
 		if err == nil {
 			return
 		}
-		var ae *apiError
+		var ae *httpjson.Error
 		if !errors.As(err, &ae) {
 			s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = errorf(http.StatusInternalServerError, computerd.CodeInternal, "%v", err)
@@ -192,7 +195,7 @@ func (s *Server) authorized(r *http.Request) bool {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, computerd.Health{Status: "ok", Version: s.cfg.Version, ComputerID: s.cfg.ComputerID})
+	httpjson.Write(w, http.StatusOK, computerd.Health{Status: "ok", Version: s.cfg.Version, ComputerID: s.cfg.ComputerID})
 	return nil
 }
 
@@ -240,34 +243,16 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// apiError is a failure answered with computerd.ErrorBody.
-type apiError struct {
-	status int
-	code   string
-	msg    string
+func errorf(status int, code, format string, args ...any) *httpjson.Error {
+	return &httpjson.Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func (e *apiError) Error() string { return e.msg }
-
-func errorf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-func badRequest(format string, args ...any) *apiError {
+func badRequest(format string, args ...any) *httpjson.Error {
 	return errorf(http.StatusBadRequest, computerd.CodeBadRequest, format, args...)
 }
 
-func writeError(w http.ResponseWriter, e *apiError) {
-	writeJSON(w, e.status, computerd.ErrorBody{Error: computerd.Error{Code: e.code, Message: e.msg}})
-}
-
-// writeJSON answers v. Its types always encode; a write error means the
-// client went away.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+func writeError(w http.ResponseWriter, e *httpjson.Error) {
+	httpjson.WriteError(w, e.Status, e.Code, e.Message)
 }
 
 // decodeJSON reads a JSON request body of at most limit bytes into v.

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 const (
@@ -124,12 +125,12 @@ func readStart(ctx context.Context, conn *websocket.Conn) (computerd.StreamStart
 // streamFail ends a stream whose command never started with an exit
 // message that carries the error.
 func (s *Server) streamFail(ctx context.Context, conn *websocket.Conn, err error) {
-	var ae *apiError
+	var ae *httpjson.Error
 	if !errors.As(err, &ae) {
 		s.log.Warn("stream failed", "err", err)
 		ae = errorf(http.StatusInternalServerError, computerd.CodeInternal, "%v", err)
 	}
-	sendControl(ctx, conn, computerd.StreamControl{Type: "exit", ExitCode: -1, Error: ae.msg, Code: ae.code})
+	sendControl(ctx, conn, computerd.StreamControl{Type: "exit", ExitCode: -1, Error: ae.Message, Code: ae.Code})
 	conn.Close(websocket.StatusNormalClosure, "")
 }
 

@@ -409,7 +409,7 @@ func remoteError(req *http.Request, err error) (*http.Response, error) {
 // code is set.
 func answer(req *http.Request, status int, code string, v any) (*http.Response, error) {
 	if code != "" {
-		v = computerd.ErrorBody{Error: computerd.Error{Code: code, Message: fmt.Sprint(v)}}
+		v = computerd.ErrorBody{Error: &computerd.Error{Code: code, Message: fmt.Sprint(v)}}
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {

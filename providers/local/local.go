@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/relay"
@@ -217,6 +218,9 @@ func (l *Local) offline(ctx context.Context, id string) error {
 // createTimeout bounds a create, approval wait included.
 const createTimeout = 10 * time.Minute
 
+// maxErrorAnswer bounds what is read of a lender's error answer.
+const maxErrorAnswer = 64 << 10
+
 // Create asks the lender's agent for a computer. Its refusals (lending
 // paused, the owner's limits, approval denied or timed out) and an agent
 // that is offline are *providers.RefusedError: nothing was created.
@@ -276,8 +280,8 @@ func (l *Local) Create(ctx context.Context, spec providers.Spec) (providers.Mach
 
 // lenderError turns an error answer of the lender into the provider's.
 func (l *Local) lenderError(id, computerID string, resp *http.Response) error {
-	e, ok := lending.ReadError(resp)
-	if !ok {
+	e, _ := httpjson.ReadError(resp, maxErrorAnswer)
+	if e.Code == "" {
 		return fmt.Errorf("create computer %s on lender %s: %w: answer %d", computerID, id, providers.ErrUnavailable, resp.StatusCode)
 	}
 	switch e.Code {
@@ -323,7 +327,7 @@ func (l *Local) Destroy(ctx context.Context, machineID string) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		e, _ := lending.ReadError(resp)
+		e, _ := httpjson.ReadError(resp, maxErrorAnswer)
 		return fmt.Errorf("destroy %s: %w: lender answered %d: %s", machineID, providers.ErrUnavailable, resp.StatusCode, e.Message)
 	}
 	return nil
@@ -352,7 +356,7 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		e, _ := lending.ReadError(resp)
+		e, _ := httpjson.ReadError(resp, maxErrorAnswer)
 		return nil, fmt.Errorf("list lender %s: %w: answer %d: %s", id, providers.ErrUnavailable, resp.StatusCode, e.Message)
 	}
 	var cs []lending.Computer

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/berthdev/berth/internal/httpjson"
 )
 
 // The relay's internal API, for the supervisor when the relay runs as its
@@ -64,7 +66,7 @@ func (s *Server) InternalHandler(token string) http.Handler {
 		for _, p := range ps {
 			out = append(out, info(p))
 		}
-		writeJSON(w, http.StatusOK, out)
+		httpjson.Write(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET "+InternalPrefix+"/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := s.Presence(r.PathValue("id"))
@@ -72,7 +74,7 @@ func (s *Server) InternalHandler(token string) http.Handler {
 			writeErr(w, http.StatusNotFound, "not_found", fmt.Sprintf("agent %s has never connected to this relay", r.PathValue("id")), time.Time{})
 			return
 		}
-		writeJSON(w, http.StatusOK, info(p))
+		httpjson.Write(w, http.StatusOK, info(p))
 	})
 	mux.HandleFunc(InternalPrefix+"/agents/{id}/http/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
@@ -115,10 +117,11 @@ func (s *Server) InternalHandler(token string) http.Handler {
 	})
 }
 
+// errorBody is the shared error envelope with, for CodeAgentOffline, when
+// the agent was last seen.
 type errorBody struct {
 	Error struct {
-		Code     string    `json:"code"`
-		Message  string    `json:"message"`
+		httpjson.Error
 		LastSeen time.Time `json:"lastSeen,omitzero"`
 	} `json:"error"`
 }
@@ -127,13 +130,7 @@ func writeErr(w http.ResponseWriter, status int, code, msg string, lastSeen time
 	var b errorBody
 	b.Error.Code, b.Error.Message, b.Error.LastSeen = code, msg, lastSeen
 	w.Header().Set(ErrorHeader, code)
-	writeJSON(w, status, b)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	httpjson.Write(w, status, b)
 }
 
 // Remote is the supervisor's side of a relay that runs as its own process:

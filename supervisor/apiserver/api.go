@@ -7,14 +7,14 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
 )
@@ -95,11 +95,11 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 	if h.Ready != nil {
 		if err := h.Ready(r.Context()); err != nil {
 			h.log.Warn("not ready", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, int, error)
@@ -136,66 +136,27 @@ func (h *Handler) auth(fn handlerFunc) http.Handler {
 			writeError(w, h.logged(r, err))
 			return
 		}
-		writeJSON(w, status, v)
+		httpjson.Write(w, status, v)
 	})
 }
 
 // decode reads a strict JSON body into v: unknown fields, trailing data and
 // oversized bodies are refused with the reason.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		var ute *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &mbe):
-			return &supervisor.Error{Status: http.StatusRequestEntityTooLarge, Code: supervisor.CodeLimit, Message: fmt.Sprintf("body: larger than %d bytes", MaxBodyBytes)}
-		case errors.Is(err, io.EOF):
-			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: a JSON object is required"}
-		case errors.As(err, &ute):
-			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: fmt.Sprintf("%s: must be a JSON %s", ute.Field, ute.Type)}
-		default:
-			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: " + err.Error()}
-		}
-	}
-	if dec.More() {
-		return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: trailing data after the JSON object"}
-	}
-	return nil
+	return supervisor.BodyError(httpjson.Decode(w, r, MaxBodyBytes, v))
 }
 
 // decodeOptional is decode for endpoints whose body may be empty.
 func decodeOptional(w http.ResponseWriter, r *http.Request, v any) error {
-	if r.ContentLength == 0 {
-		return nil
-	}
-	err := decode(w, r, v)
-	var e *supervisor.Error
-	if errors.As(err, &e) && e.Message == "body: a JSON object is required" {
-		return nil
-	}
-	return err
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if status == http.StatusNoContent {
-		return
-	}
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v)
+	return supervisor.BodyError(httpjson.DecodeOptional(w, r, MaxBodyBytes, v))
 }
 
 func writeError(w http.ResponseWriter, e *supervisor.Error) {
-	writeJSON(w, e.Status, map[string]any{"error": e})
+	httpjson.WriteError(w, e.Status, e.Code, e.Message)
 }
 
 func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int, error) {
-	var req supervisor.CreateAgentRequest
+	var req api.CreateAgentRequest
 	if err := decode(w, r, &req); err != nil {
 		return nil, 0, err
 	}
@@ -204,7 +165,7 @@ func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int,
 }
 
 func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, int, error) {
-	var req supervisor.CreatePairCodeRequest
+	var req api.CreatePairCodeRequest
 	if err := decodeOptional(w, r, &req); err != nil {
 		return nil, 0, err
 	}
@@ -215,9 +176,9 @@ func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, i
 // pair redeems a pairing code; it takes no operator token. Neither the code
 // nor the token it answers with is logged.
 func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
-	var req supervisor.PairRequest
+	var req api.PairRequest
 	err := decode(w, r, &req)
-	var p supervisor.Paired
+	var p api.Paired
 	if err == nil {
 		p, err = h.svc.Pair(r.Context(), req)
 	}
@@ -225,7 +186,7 @@ func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, h.logged(r, err))
 		return
 	}
-	writeJSON(w, http.StatusCreated, p)
+	httpjson.Write(w, http.StatusCreated, p)
 }
 
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -298,7 +259,7 @@ func (h *Handler) outcome(r *http.Request, v any, err error) supervisor.Outcome 
 	status, body := http.StatusOK, any(v)
 	if err != nil {
 		e := h.logged(r, err)
-		status, body = e.Status, map[string]any{"error": e}
+		status, body = e.Status, httpjson.ErrorBody{Error: e}
 	}
 	raw, _ := json.Marshal(body)
 	return supervisor.Outcome{Status: status, Body: append(raw, '\n')}
@@ -316,10 +277,10 @@ type none struct{}
 
 func (h *Handler) toolRoutes() {
 	m := h.mux
-	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
 		return h.svc.Start(ctx, agent)
 	}))
-	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (supervisor.SessionView, error) {
+	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
 		return h.svc.Stop(ctx, agent)
 	}))
 	m.Handle("POST /v1/agents/{agent}/computer/exec", tool(h, "exec", true, h.svc.Exec))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/egress"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor"
 )
@@ -56,7 +57,7 @@ func (h *Handler) lenders(w http.ResponseWriter, r *http.Request) {
 	if out == nil {
 		out = []Lender{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 // relayAuthenticate answers a relay's check of a lending agent's token,
@@ -82,7 +83,7 @@ func (h *Handler) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, supervisor.AsError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, relayserver.AuthenticateAnswer{LenderID: c.ID})
+	httpjson.Write(w, http.StatusOK, relayserver.AuthenticateAnswer{LenderID: c.ID})
 }
 
 // EgressStats is the egress proxy as GET /metrics reads it.

@@ -2,16 +2,14 @@ package liveview
 
 import (
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/berthdev/berth/computerd/desktop"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"
@@ -52,15 +50,9 @@ type OfferAnswer struct {
 	Codec string `json:"codec"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
 func writeError(w http.ResponseWriter, err error) {
 	e := supervisor.AsError(err)
-	writeJSON(w, e.Status, map[string]any{"error": e})
+	httpjson.WriteError(w, e.Status, e.Code, e.Message)
 }
 
 // authorize checks the view token of a request for its session.
@@ -96,7 +88,7 @@ func (m *Manager) config(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	renew := max(int(exp.Sub(m.cfg.Clock.Now()).Seconds()/2), 5)
-	writeJSON(w, http.StatusOK, ICEConfig{
+	httpjson.Write(w, http.StatusOK, ICEConfig{
 		ICEServers:         []ICEServer{{URLs: m.cfg.ViewerTURN, Username: c.Username, Credential: c.Password}},
 		ICETransportPolicy: "relay", RenewSeconds: renew,
 	})
@@ -154,7 +146,7 @@ func (m *Manager) offer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &supervisor.Error{Status: http.StatusBadGateway, Code: supervisor.CodeProvider, Message: "the computer's streamer did not answer; retrying may help"})
 		return
 	}
-	writeJSON(w, http.StatusOK, OfferAnswer{SDP: a.SDP, Codec: a.Codec})
+	httpjson.Write(w, http.StatusOK, OfferAnswer{SDP: a.SDP, Codec: a.Codec})
 }
 
 // renew answers a fresh token for the same seat.
@@ -175,7 +167,7 @@ func (m *Manager) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"token": m.sign(session, viewer, exp), "expiresAt": exp.UTC()})
+	httpjson.Write(w, http.StatusOK, map[string]any{"token": m.sign(session, viewer, exp), "expiresAt": exp.UTC()})
 }
 
 // leave frees the viewer's seat at once.
@@ -195,17 +187,5 @@ func (m *Manager) leave(w http.ResponseWriter, r *http.Request) {
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			return &supervisor.Error{Status: http.StatusRequestEntityTooLarge, Code: supervisor.CodeLimit, Message: fmt.Sprintf("body: larger than %d bytes", maxBody)}
-		case errors.Is(err, io.EOF):
-			return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: a JSON object is required"}
-		}
-		return &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "body: " + strings.TrimPrefix(err.Error(), "json: ")}
-	}
-	return nil
+	return supervisor.BodyError(httpjson.Decode(w, r, maxBody, v))
 }

@@ -7,17 +7,19 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/berthdev/berth/api"
 )
 
-// Session states (SPEC section 10).
+// Session states (SPEC section 10), as the REST API defines them.
 const (
-	StateStarting      = "starting"
-	StateRunning       = "running"
-	StateStopping      = "stopping"
-	StateStopped       = "stopped"
-	StateExpired       = "expired"
-	StateUncertain     = "uncertain"
-	StateCleanupFailed = "cleanup_failed"
+	StateStarting      = api.StateStarting
+	StateRunning       = api.StateRunning
+	StateStopping      = api.StateStopping
+	StateStopped       = api.StateStopped
+	StateExpired       = api.StateExpired
+	StateUncertain     = api.StateUncertain
+	StateCleanupFailed = api.StateCleanupFailed
 )
 
 // Live reports whether a session in state s holds the agent's one computer
@@ -106,12 +108,9 @@ type Reservation struct {
 	PoolOwner string
 }
 
-// UsageRow is the session time of one provider or workspace.
-type UsageRow struct {
-	Key      string `json:"key"`
-	Seconds  int64  `json:"seconds"`
-	Sessions int64  `json:"sessions"`
-}
+// UsageRow is the session time of one provider or workspace, as the REST
+// API reports it.
+type UsageRow = api.UsageRow
 
 // Store keeps the supervisor's state. Every method is safe for concurrent
 // use, also from several supervisors sharing one database.
