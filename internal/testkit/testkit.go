@@ -19,8 +19,17 @@ const DefaultTimeout = 5 * time.Minute
 // run) before the test binary panics.
 const margin = 5 * time.Second
 
-// Interval is how often Eventually and Poll check their condition.
-const Interval = 10 * time.Millisecond
+// Eventually and Poll check their condition first after Interval, then at
+// intervals that double up to MaxInterval: a condition that comes true
+// soon is seen soon, and a slow one (a docker command, say) is not run
+// in a tight loop.
+const (
+	Interval    = 10 * time.Millisecond
+	MaxInterval = 100 * time.Millisecond
+)
+
+// next is the interval after d.
+func next(d time.Duration) time.Duration { return min(2*d, MaxInterval) }
 
 // TB is the part of testing.TB the kit needs; *testing.T, *testing.B and
 // *testing.F have it.
@@ -68,7 +77,7 @@ func deadline(t TB, limit time.Duration) time.Time {
 	return end
 }
 
-// Eventually checks cond every Interval until it holds, and fails the
+// Eventually checks cond until it holds, and fails the
 // test, naming what it waited for, when timeout passes first.
 func Eventually(t TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -77,7 +86,25 @@ func Eventually(t TB, timeout time.Duration, what string, cond func() bool) {
 	}
 }
 
-// Poll checks cond every Interval until it holds or timeout passes, and
+// EventuallyContext checks cond until it holds, and fails
+// the test, naming what it waited for, when ctx ends first.
+func EventuallyContext(t TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for d := Interval; !cond(); d = next(d) {
+		select {
+		case <-ctx.Done():
+			if cond() {
+				return
+			}
+			t.Fatalf("gave up after %v (%v) waiting for %s", time.Since(start).Round(time.Millisecond), context.Cause(ctx), what)
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// Poll checks cond until it holds or timeout passes, and
 // reports whether it held. cond is always checked at least once, and once
 // more at the end.
 func Poll(timeout time.Duration, cond func() bool) bool {
@@ -87,19 +114,20 @@ func Poll(timeout time.Duration, cond func() bool) bool {
 // PollContext is Poll that also gives up when ctx ends.
 func PollContext(ctx context.Context, timeout time.Duration, cond func() bool) bool {
 	end := time.Now().Add(timeout)
-	tick := time.NewTicker(Interval)
-	defer tick.Stop()
-	for {
+	for d := Interval; ; d = next(d) {
 		if cond() {
 			return true
 		}
-		if !time.Now().Before(end) {
+		left := time.Until(end)
+		if left <= 0 {
 			return false
 		}
+		timer := time.NewTimer(min(d, left))
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return cond()
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
 }

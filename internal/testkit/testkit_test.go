@@ -85,6 +85,19 @@ func TestEventually(t *testing.T) {
 	}
 }
 
+func TestEventuallyContext(t *testing.T) {
+	var n atomic.Int32
+	EventuallyContext(t, Context(t), "three checks", func() bool { return n.Add(1) == 3 })
+
+	ft := &fakeT{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	EventuallyContext(ft, ctx, "the impossible", func() bool { return false })
+	if !strings.Contains(ft.fatal, "the impossible") || !strings.Contains(ft.fatal, "deadline exceeded") {
+		t.Fatalf("failure %q does not say what it waited for, and why it stopped", ft.fatal)
+	}
+}
+
 func TestPoll(t *testing.T) {
 	if !Poll(0, func() bool { return true }) {
 		t.Fatal("a condition that holds at once did not count with no time to wait")
