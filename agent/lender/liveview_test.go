@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
@@ -66,7 +67,7 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	}
 	srv := httptest.NewServer(r.l.Handler())
 	defer srv.Close()
-	waitHealthy(t, ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok))
+	testkit.EventuallyContext(t, ctx, "computerd to answer", healthy(ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok)))
 	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + lending.OwnerViewKey(tok, desk.SessionID)
 	if u := viewURL(desk.ComputerID); u != want {
 		t.Errorf("viewUrl %q, want %q", u, want)
