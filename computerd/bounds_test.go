@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -299,7 +298,7 @@ func TestNoAnswerEndsAtDeadline(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "within "+tc.want.String()) {
 				t.Errorf("err = %v, want a deadline error that says so", err)
 			}
-			goleak.VerifyNone(t)
+			testkit.VerifyNone(t)
 		})
 	}
 }

@@ -13,15 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 func testContext(t *testing.T) context.Context {
@@ -199,12 +199,12 @@ func TestStreamBroken(t *testing.T) {
 	c := computerd.NewClient(ts.URL, "tok", computerd.WithHTTPClient(ts.Client()))
 
 	sctx, cancel := context.WithCancel(ctx)
-	var out strings.Builder
+	var out syncbuf.Buffer
 	s, err := c.ExecStream(sctx, computerd.StreamStart{Command: "echo started; sleep 300"}, &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "the command's first output", func() bool { return strings.Contains(out.String(), "started") })
 	cancel()
 	_, _, err = s.Wait()
 	if err == nil || computerd.IsAPIError(err) {

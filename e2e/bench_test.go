@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
@@ -207,13 +208,7 @@ func BenchmarkWarmStart(b *testing.B) {
 	connect(s, "warm")
 	cli := dockerClient(b)
 	refilled := func() {
-		deadline := time.Now().Add(2 * time.Minute)
-		for s.d.Service.PoolStats().Waiting < size {
-			if time.Now().After(deadline) {
-				b.Fatal("the warm pool did not refill within 2 minutes")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.Eventually(b, 2*time.Minute, "the warm pool refilled", func() bool { return s.d.Service.PoolStats().Waiting >= size })
 	}
 	claimed := s.d.Service.PoolStats().Claimed
 	var runs int64

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // proc is a `berth supervisor` process the test runs and may kill.
@@ -61,25 +62,28 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 			removeDeployment(p.logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(p.url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
+	exited := false
+	healthy := testkit.Poll(30*time.Second, func() bool {
 		select {
 		case <-p.exited:
-			t.Fatalf("supervisor exited at start:\n%s", p.logs.String())
+			exited = true
+			return true
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("supervisor did not become healthy:\n%s", p.logs.String())
+		resp, err := http.Get(p.url + "/healthz")
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	if exited {
+		t.Fatalf("supervisor exited at start:\n%s", p.logs.String())
 	}
+	if !healthy {
+		t.Fatalf("supervisor did not become healthy:\n%s", p.logs.String())
+	}
+	return p
 }
 
 // kill ends the supervisor with SIGKILL, as a crash would.
@@ -180,23 +184,6 @@ func (p *proc) deployment() string {
 	return strings.Fields(rest)[0]
 }
 
-// waitSettled polls until the agent's session is no longer starting.
-func waitSettled(t *testing.T, p *proc, agent string) status {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		var st status
-		p.must("GET", "/v1/agents/"+agent+"/computer", nil, 200, &st)
-		if st.Session == nil || st.Session.State != "starting" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session still starting after restart: %+v", st.Session)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // TestCrashDuringCreate kills the supervisor with SIGKILL at several points
 // of a computer's creation, restarts it, and checks that the session is
 // settled (adopted, or uncertain until confirmed), that nothing is left
@@ -215,7 +202,12 @@ func TestCrashDuringCreate(t *testing.T) {
 			p.kill()
 
 			p = runSupervisor(t, dir)
-			st := waitSettled(t, p, "crash")
+			var st status
+			testkit.Eventually(t, 90*time.Second, "the session no longer starting after the restart", func() bool {
+				st = status{}
+				p.must("GET", "/v1/agents/crash/computer", nil, 200, &st)
+				return st.Session == nil || st.Session.State != "starting"
+			})
 			t.Logf("after restart: session %+v budget %+v", st.Session, st.Budget)
 			if st.Session != nil {
 				switch st.Session.State {
@@ -255,16 +247,9 @@ func waitGone(t *testing.T, dep string) {
 	if dep == "" {
 		return
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		left := deploymentObjects(t, dep)
-		if left == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: %s", left)
-		}
-		time.Sleep(250 * time.Millisecond)
+	var left string
+	if !testkit.Poll(30*time.Second, func() bool { left = deploymentObjects(t, dep); return left == "" }) {
+		t.Fatalf("left behind: %s", left)
 	}
 }
 

@@ -20,7 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/berthdev/berth/internal/pgtest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/supervisor/daemon"
 
 	_ "github.com/berthdev/berth/providers/standard"
@@ -41,9 +44,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build berth: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := pgtest.Wrap(m).Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testkit.VerifyTestMain(pgtest.Wrap(m), goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // requireDocker skips when no engine answers, unless BERTH_REQUIRE_DOCKER=1
@@ -53,20 +57,7 @@ func requireDocker(t testing.TB, images ...string) {
 	if testing.Short() {
 		t.Skip("needs Docker; run without -short (make test)")
 	}
-	if err := exec.Command("docker", "info").Run(); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker engine unreachable: %v", err)
-		}
-		t.Skip("Docker engine unreachable; start it with `make docker`, or run `make test`")
-	}
-	for _, img := range images {
-		if err := exec.Command("docker", "image", "inspect", img).Run(); err != nil {
-			if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-				t.Fatalf("image %s missing: run `make images`", img)
-			}
-			t.Skipf("image %s missing; build it with `make images`", img)
-		}
-	}
+	testkit.RequireDocker(t, images...)
 }
 
 type super struct {

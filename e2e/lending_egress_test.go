@@ -26,6 +26,7 @@ import (
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/netnstest"
 	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
@@ -135,12 +136,10 @@ func TestLendingEgress(t *testing.T) {
 	if _, err := owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(512))}); err != nil {
 		t.Fatal(err)
 	}
-	for ctx.Err() == nil {
-		if p, ok := rs.Presence(agentID); ok && p.Online {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "the agent online at the relay", func() bool {
+		p, ok := rs.Presence(agentID)
+		return ok && p.Online
+	})
 	st, err := owner.Status(ctx)
 	if err != nil || !st.Egress.On || !st.Egress.Listening {
 		t.Fatalf("status: %+v %v", st.Egress, err)
@@ -177,14 +176,7 @@ func TestLendingEgress(t *testing.T) {
 		}
 		t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", c.MachineID).Run() })
 		cl := computerd.NewClient("http://lender"+lending.EndpointPath(cid), tok, computerd.WithTransport(rs.Transport(agentID)))
-		for {
-			if _, err := cl.Health(ctx); err == nil {
-				break
-			} else if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.EventuallyContext(t, ctx, "computerd to answer through the relay", func() bool { _, err := cl.Health(ctx); return err == nil })
 		return c, cl
 	}
 	run := func(cl *computerd.Client, cmd string) computerd.ExecResult {

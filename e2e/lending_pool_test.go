@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -53,16 +54,15 @@ func TestLendingWarmPool(t *testing.T) {
 	})
 	waitWaiting := func(n int) control.Status {
 		t.Helper()
-		for {
-			st, err := owner.Status(ctx)
-			if err == nil && st.WarmPool.Waiting == n && st.WarmPool.Creating == 0 {
-				return st
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("warm pool: %+v %v; want %d waiting", st.WarmPool, err, n)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var st control.Status
+		var err error
+		if !testkit.PollContext(ctx, time.Hour, func() bool {
+			st, err = owner.Status(ctx)
+			return err == nil && st.WarmPool.Waiting == n && st.WarmPool.Creating == 0
+		}) {
+			t.Fatalf("warm pool: %+v %v; want %d waiting", st.WarmPool, err, n)
 		}
+		return st
 	}
 	st := waitWaiting(1)
 	waitingBefore := agentContainers(t, paired.AgentID, true)

@@ -23,6 +23,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
@@ -192,12 +193,10 @@ func TestLendingThroughRelay(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() { first <- post() }()
-	for ctx.Err() == nil {
-		if out, err := exec.Command("docker", "exec", container, "cat", "/home/berth/marker").Output(); err == nil && string(out) == "ran\n" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "the command's marker in the computer", func() bool {
+		out, err := exec.Command("docker", "exec", container, "cat", "/home/berth/marker").Output()
+		return err == nil && string(out) == "ran\n"
+	})
 	r.rp.kill()
 	a := <-first
 	if a.status != 200 || !a.x.Uncertain || a.x.ExitCode != -1 {
@@ -222,7 +221,7 @@ func TestLendingThroughRelay(t *testing.T) {
 		t.Fatal("agent still reports the relay online")
 	}
 	r.rp = startRelay(t, r.rp.agentsAddr, r.rp.interAddr, supURL, relayToken, log)
-	waitOnline(t, ctx, r.rp, paired.AgentID)
+	testkit.EventuallyContext(t, ctx, "the agent online at the relay", online(r.rp, paired.AgentID))
 	if x := s.exec("lend1", "sleep 3; cat /home/berth/marker; cat notes.txt"); x.Stdout != "ran\nthrough the relay" {
 		t.Fatalf("after reconnect: %+v (the command must have run once)", x)
 	}
@@ -251,15 +250,12 @@ func TestLendingThroughRelay(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-func waitOnline(t *testing.T, ctx context.Context, rp *relayProc, id string) {
-	t.Helper()
-	for ctx.Err() == nil {
-		if p, ok := rp.srv.Presence(id); ok && p.Online {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+// online reports whether agent id is connected to the relay.
+func online(rp *relayProc, id string) func() bool {
+	return func() bool {
+		p, ok := rp.srv.Presence(id)
+		return ok && p.Online
 	}
-	t.Fatalf("agent %s did not connect", id)
 }
 
 // TestDevLendingByHand is the issue's "done when" with the real binary:
@@ -326,19 +322,17 @@ func TestDevLendingByHand(t *testing.T) {
 	run.waitLine(t, regexp.MustCompile(`lending as (`+regexp.QuoteMeta(lenderID)+`)`))
 	// The agent says so as its link comes up; the relay counts it a moment
 	// later. Wait (bounded by the test's deadline) until both lenders show.
-	for online := 0; online < 2; time.Sleep(20 * time.Millisecond) {
-		if ctx.Err() != nil {
-			t.Fatalf("the second lender never showed in /v1/lenders")
-		}
+	testkit.EventuallyContext(t, ctx, "both lenders online in /v1/lenders", func() bool {
 		var lenders []struct{ Online bool }
 		s.must("GET", "/v1/lenders", nil, 200, &lenders)
-		online = 0
+		online := 0
 		for _, l := range lenders {
 			if l.Online {
 				online++
 			}
 		}
-	}
+		return online >= 2
+	})
 
 	s.must("POST", "/v1/agents", map[string]any{"id": "byhand", "name": "byhand"}, 201, nil)
 	// Two lenders are paired now (berth dev's own and the second
@@ -353,16 +347,13 @@ func TestDevLendingByHand(t *testing.T) {
 		t.Fatalf("start naming no lender among two: %d %+v", st, e)
 	}
 	var sess session
-	for ctx.Err() == nil {
+	testkit.EventuallyContext(t, ctx, "a start through the agent's link", func() bool {
 		st := s.call("POST", "/v1/agents/byhand/computer/start", nil, &sess)
-		if st == 200 {
-			break
-		}
-		if st != 503 { // 503 only until the agent's link is up
+		if st != 200 && st != 503 { // 503 only until the agent's link is up
 			t.Fatalf("start: %d", st)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return st == 200
+	})
 	if sess.Provider != "local" || sess.State != "running" {
 		t.Fatalf("start: %+v", sess)
 	}
@@ -510,16 +501,13 @@ func TestRelayProcess(t *testing.T) {
 	s.must("POST", "/v1/agents", map[string]any{"id": "rp", "name": "rp"}, 201, nil)
 	s.must("POST", "/v1/computers", map[string]any{"agent": "rp", "provider": "local"}, 201, nil)
 	var sess session
-	for ctx.Err() == nil {
+	testkit.EventuallyContext(t, ctx, "a start through the agent's link", func() bool {
 		st := s.call("POST", "/v1/agents/rp/computer/start", nil, &sess)
-		if st == 200 {
-			break
-		}
-		if st != 503 { // 503 only until the agent's link is up
+		if st != 200 && st != 503 { // 503 only until the agent's link is up
 			t.Fatalf("start: %d", st)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return st == 200
+	})
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", "berth-c-"+strings.TrimPrefix(sess.ID, "s_")).Run() })
 	if x := s.exec("rp", "echo three processes"); x.Stdout != "three processes\n" {
 		t.Fatalf("exec: %+v", x)

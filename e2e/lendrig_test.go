@@ -11,6 +11,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor/daemon"
@@ -121,7 +122,7 @@ func startLendingRig(t *testing.T, ctx context.Context, o lendingRigOptions) *le
 		r.close()
 		t.Fatal(err)
 	}
-	waitOnline(t, ctx, r.rp, r.paired.AgentID)
+	testkit.EventuallyContext(t, ctx, "the agent online at the relay", online(r.rp, r.paired.AgentID))
 	return r
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -153,15 +154,11 @@ func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs .
 	if _, err := r.owner.UpdateSettings(ctx, control.SettingsUpdate{MemoryMB: ptrTo(int64(1024))}); err != nil {
 		tb.Fatal(err)
 	}
-	for {
-		if p, ok := rsrv.Presence(paired.AgentID); ok && p.Online {
-			return r
-		}
-		if ctx.Err() != nil {
-			tb.Fatalf("the agent never came online at the relay")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyContext(tb, ctx, "the agent online at the relay", func() bool {
+		p, ok := rsrv.Presence(paired.AgentID)
+		return ok && p.Online
+	})
+	return r
 }
 
 // startLentDesktop connects agent to a desktop computer on the rig's
@@ -331,11 +328,7 @@ func BenchmarkLiveViewLent(b *testing.B) {
 		chromedp.Do(bctx, chromedp.Navigate("about:blank"))
 		http.Post(s.url+"/view/"+g.Session+"/leave?token="+g.Token, "application/json", nil)
 		// The next page's encoder does not share the CPU with this one's.
-		for deadline := time.Now().Add(20 * time.Second); encoders(s, agent) != ""; time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatalf("the encoder of %s did not stop", agent)
-			}
-		}
+		testkit.Eventually(b, 20*time.Second, "the encoder of "+agent+" to stop", func() bool { return encoders(s, agent) == "" })
 		return v.FirstFrameMs, matchLatency(x.Stdout, log)
 	}
 	measure(direct.s, "bd") // the browser's own first start is not the page's cost

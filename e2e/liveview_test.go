@@ -6,7 +6,6 @@ import (
 	"image/png"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/pion/turn/v5"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor/daemon"
 	"github.com/berthdev/berth/supervisor/liveview"
@@ -55,12 +55,7 @@ func startDesktop(s *super, agent string) string {
 // required (CI), where it fails.
 func requireChromium(t testing.TB) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("%s missing: apt-get install chromium (.ci/run does)", chromiumPath)
-		}
-		t.Skipf("%s missing; apt-get install chromium", chromiumPath)
-	}
+	testkit.RequireTools(t, "apt-get install -y chromium", chromiumPath)
 }
 
 // browser starts headless Chromium with a new, empty profile.
@@ -106,14 +101,13 @@ func pageState(ctx context.Context) (viewState, error) {
 // waitView polls the page until ok holds or the deadline passes.
 func waitView(t testing.TB, ctx context.Context, d time.Duration, ok func(viewState) bool) viewState {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var v viewState
-	for time.Now().Before(deadline) {
+	if testkit.Poll(d, func() bool {
 		var err error
-		if v, err = pageState(ctx); err == nil && ok(v) {
-			return v
-		}
-		time.Sleep(100 * time.Millisecond)
+		v, err = pageState(ctx)
+		return err == nil && ok(v)
+	}) {
+		return v
 	}
 	out, _ := exec.Command("sh", "-c", "for c in $(docker ps -q --filter label=dev.berth.managed=true); do docker logs --tail 30 $c 2>&1; done").Output()
 	t.Fatalf("viewer page: condition not met in %v; last state %+v\ncomputer logs:\n%s", d, v, out)
@@ -135,14 +129,13 @@ const sampleJS = `(() => {
 // waitColour waits until the decoded frames show a colour near want.
 func waitColour(t testing.TB, ctx context.Context, want [3]int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
 	var got []int
-	for time.Now().Before(deadline) {
+	if testkit.Poll(d, func() bool {
 		var err error
-		if got, err = chromedp.Run(ctx, chromedp.Evaluate[[]int](sampleJS)); err == nil && len(got) == 3 && near(got, want) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		got, err = chromedp.Run(ctx, chromedp.Evaluate[[]int](sampleJS))
+		return err == nil && len(got) == 3 && near(got, want)
+	}) {
+		return
 	}
 	t.Fatalf("decoded frames never showed %v; last pixel %v", want, got)
 }
@@ -348,19 +341,15 @@ pgrep -x openbox >/dev/null && echo wm`)
 		var connects struct {
 			Connects int `json:"connects"`
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		var v viewState
+		if !testkit.Poll(30*time.Second, func() bool {
 			connects, _ = chromedp.Run(bctx, chromedp.Evaluate[struct {
 				Connects int `json:"connects"`
 			}](`window.berthView`))
-			v, _ := pageState(bctx)
-			if connects.Connects > 1 && v.State == "connected" && v.FramesDecoded > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the page did not reconnect: %+v (before: %+v)", v, before)
-			}
-			time.Sleep(200 * time.Millisecond)
+			v, _ = pageState(bctx)
+			return connects.Connects > 1 && v.State == "connected" && v.FramesDecoded > 0
+		}) {
+			t.Fatalf("the page did not reconnect: %+v (before: %+v)", v, before)
 		}
 		s.exec("lv", "xsetroot -solid '#ff0000'")
 		waitColour(t, bctx, [3]int{255, 0, 0}, 10*time.Second)
@@ -377,12 +366,8 @@ pgrep -x openbox >/dev/null && echo wm`)
 		left := time.Now()
 		// Leaving is seen at once (the page closes its connection) or when
 		// ICE times out (6 s); then the encoder has idleStopMS to stop.
-		deadline := left.Add(idleStopMS*time.Millisecond + 10*time.Second)
-		for encoders(s, "lv") != "" {
-			if time.Now().After(deadline) {
-				t.Fatalf("the encoder still runs %v after the last viewer left (STREAM_IDLE_STOP_MS=%d)", time.Since(left), idleStopMS)
-			}
-			time.Sleep(200 * time.Millisecond)
+		if !testkit.Poll(idleStopMS*time.Millisecond+10*time.Second, func() bool { return encoders(s, "lv") == "" }) {
+			t.Fatalf("the encoder still runs %v after the last viewer left (STREAM_IDLE_STOP_MS=%d)", time.Since(left), idleStopMS)
 		}
 		took := time.Since(left)
 		t.Logf("encoder gone %v after the last viewer left", took)
@@ -473,13 +458,7 @@ func (lb *liveBench) open(b *testing.B, codec string) (context.Context, liveview
 // waitNoEncoder waits until the computer's encoder has stopped.
 func (lb *liveBench) waitNoEncoder(b *testing.B) {
 	b.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for encoders(lb.s, lb.agent) != "" {
-		if time.Now().After(deadline) {
-			b.Fatal("the encoder did not stop")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testkit.Eventually(b, 20*time.Second, "the encoder to stop", func() bool { return encoders(lb.s, lb.agent) == "" })
 }
 
 // latencyJS samples every decoded frame (requestVideoFrameCallback) and

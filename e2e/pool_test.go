@@ -18,6 +18,7 @@ import (
 
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/secrets"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -40,18 +41,6 @@ func startPoolSupervisor(t *testing.T, image string, size int) (s *super, stop f
 		"COMPUTER_IMAGE_HEADLESS": image, "COMPUTER_MEMORY_MB": "256", "COMPUTER_NETWORK_POOL": "1",
 		"WARM_POOL_SIZE": fmt.Sprint(size),
 	})
-}
-
-// waitFor polls cond every 50 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // liveSession reads the agent's live session from the supervisor's store.
@@ -109,7 +98,7 @@ func TestWarmPoolNoLeaks(t *testing.T) {
 	s, stop := startPoolSupervisor(t, "berth/test:latest", 2)
 	cli := dockerClient(t)
 	dep := deploymentOf(t, s)
-	waitFor(t, 90*time.Second, "pool of 2 filled", func() bool { return s.d.Service.PoolStats().Waiting == 2 })
+	testkit.Eventually(t, 90*time.Second, "pool of 2 filled", func() bool { return s.d.Service.PoolStats().Waiting == 2 })
 
 	// Waiting computers carry no credential: only the bind secret's hash.
 	for id := range poolContainers(t, cli, dep) {
@@ -154,7 +143,7 @@ func TestWarmPoolNoLeaks(t *testing.T) {
 	s.must("POST", "/v1/agents/leak1/computer/stop", nil, 200, nil)
 	// Its credentials die with the session (within the 5 s the proxy
 	// remembers an answer).
-	waitFor(t, 15*time.Second, "session 1's proxy credentials refused", func() bool {
+	testkit.Eventually(t, 15*time.Second, "session 1's proxy credentials refused", func() bool {
 		_, ok := s.d.Service.EgressAuth(first.ComputerID, pass1)
 		return !ok
 	})
@@ -255,7 +244,7 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 	s, stop := startPoolSupervisor(t, "berth/test:latest", size)
 	cli := dockerClient(t)
 	dep := deploymentOf(t, s)
-	waitFor(t, 90*time.Second, "pool of 3 filled", func() bool { return s.d.Service.PoolStats().Waiting == size })
+	testkit.Eventually(t, 90*time.Second, "pool of 3 filled", func() bool { return s.d.Service.PoolStats().Waiting == size })
 	for i := range agents {
 		connect(s, fmt.Sprintf("conc%02d", i))
 	}
@@ -331,7 +320,7 @@ func TestWarmPoolConcurrentStarts(t *testing.T) {
 		t.Errorf("%d starts were served from the pool, want at least %d", claimed, size)
 	}
 	// The pool refills behind the starts.
-	waitFor(t, 90*time.Second, "pool refilled", func() bool { return s.d.Service.PoolStats().Waiting == size })
+	testkit.Eventually(t, 90*time.Second, "pool refilled", func() bool { return s.d.Service.PoolStats().Waiting == size })
 	close(stopSampling)
 	n := <-sampled
 	sample()
@@ -434,7 +423,7 @@ func TestWarmPoolMemoryPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "pool filled at 50% free", func() bool { return svc.PoolStats().Waiting == 2 })
+	testkit.Eventually(t, 90*time.Second, "pool filled at 50% free", func() bool { return svc.PoolStats().Waiting == 2 })
 
 	// 7% free: a claim is not replaced.
 	mem.free.Store(7)
@@ -457,7 +446,7 @@ func TestWarmPoolMemoryPressure(t *testing.T) {
 
 	// 3% free: the waiting computer goes; the session's stays.
 	mem.free.Store(3)
-	waitFor(t, 30*time.Second, "pool shrunk at 3% free", func() bool {
+	testkit.Eventually(t, 30*time.Second, "pool shrunk at 3% free", func() bool {
 		return svc.PoolStats().Waiting == 0 && len(poolContainers(t, cli, dep)) == 1
 	})
 	if _, err := svc.Exec(ctx, "mem", supervisor.ExecRequest{Command: "true"}); err != nil {
@@ -466,7 +455,7 @@ func TestWarmPoolMemoryPressure(t *testing.T) {
 
 	// Memory back: the pool grows to its size again.
 	mem.free.Store(40)
-	waitFor(t, 90*time.Second, "pool refilled at 40% free", func() bool { return svc.PoolStats().Waiting == 2 })
+	testkit.Eventually(t, 90*time.Second, "pool refilled at 40% free", func() bool { return svc.PoolStats().Waiting == 2 })
 	if _, err := svc.Stop(ctx, "mem"); err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +498,7 @@ func TestWarmPoolAfterCrash(t *testing.T) {
 		defer close(aran)
 		a.RunPool(actx)
 	}()
-	waitFor(t, 90*time.Second, "first pool filled", func() bool { return a.PoolStats().Waiting == 2 })
+	testkit.Eventually(t, 90*time.Second, "first pool filled", func() bool { return a.PoolStats().Waiting == 2 })
 	if _, err := a.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: "survivor", Name: "survivor"}); err != nil {
 		t.Fatal(err)
 	}
@@ -522,7 +511,7 @@ func TestWarmPoolAfterCrash(t *testing.T) {
 	if _, err := a.Exec(ctx, "survivor", supervisor.ExecRequest{Command: "echo kept > ~/kept"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "first pool refilled", func() bool { return a.PoolStats().Waiting == 2 })
+	testkit.Eventually(t, 90*time.Second, "first pool refilled", func() bool { return a.PoolStats().Waiting == 2 })
 	// The crash: the pool stops, nothing is drained, no more heartbeats.
 	crash()
 	<-aran
@@ -555,7 +544,7 @@ func TestWarmPoolAfterCrash(t *testing.T) {
 		defer close(bran)
 		b.RunPool(bctx)
 	}()
-	waitFor(t, 90*time.Second, "second pool filled", func() bool { return b.PoolStats().Waiting == 1 })
+	testkit.Eventually(t, 90*time.Second, "second pool filled", func() bool { return b.PoolStats().Waiting == 1 })
 	left := poolContainers(t, cli, dep)
 	if len(left) != 2 {
 		t.Errorf("engine holds %d pool computers, want the session's and the new pool's: %v", len(left), left)

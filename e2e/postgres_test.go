@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/pgtest"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // TestTwoSupervisorsOnePostgres runs two supervisor processes on one
@@ -97,13 +98,11 @@ func TestTwoSupervisorsOnePostgres(t *testing.T) {
 	// counts may lag the engine: wait for them (bounded), then require
 	// exactly one reap and one destroy per session.
 	var expired, destroyed int
-	for logDeadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testkit.Poll(10*time.Second, func() bool {
 		expired = strings.Count(a.logs.String(), `msg="session expired"`) + strings.Count(b.logs.String(), `msg="session expired"`)
 		destroyed = strings.Count(a.logs.String(), `msg="computer destroyed"`) + strings.Count(b.logs.String(), `msg="computer destroyed"`)
-		if (expired >= agents && destroyed >= agents) || time.Now().After(logDeadline) {
-			break
-		}
-	}
+		return expired >= agents && destroyed >= agents
+	})
 	if expired != agents || destroyed != agents {
 		t.Fatalf("reaped %d times and destroyed %d times for %d sessions: double work", expired, destroyed, agents)
 	}

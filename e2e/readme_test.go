@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // readmeBlock is one fenced code block of README.md.
@@ -361,7 +363,7 @@ func TestREADME(t *testing.T) {
 	prelude := append(exports[:len(exports):len(exports)], putOnPath)
 	gone := func(agent string) {
 		t.Helper()
-		waitFor(t, 2*time.Minute, agent+"'s computer removed from the engine", func() bool { return managed(t, sessions[agent]) == "" })
+		testkit.Eventually(t, 2*time.Minute, agent+"'s computer removed from the engine", func() bool { return managed(t, sessions[agent]) == "" })
 	}
 
 	// The curl block.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 var (
@@ -131,7 +133,7 @@ func TestStratumHandshakeRefused(t *testing.T) {
 			t.Errorf("upstream received %q: %q", s, echo.received())
 		}
 	}
-	waitFor(t, func() bool { return h.p.Stats().Active == 0 })
+	testkit.EventuallyContext(t, testContext(t), "no connection left active", func() bool { return h.p.Stats().Active == 0 })
 	if got := h.p.Stats().Verdicts[VerdictAbuseMining]; got != uint64(len(stratumLogins)) {
 		t.Errorf("%d mining verdicts, want %d", got, len(stratumLogins))
 	}

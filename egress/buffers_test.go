@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // waitBuffered waits until the proxies of this process hold want bytes of
@@ -17,24 +19,21 @@ func waitBuffered(t *testing.T, want int64, why string) {
 }
 
 // waitBufferedAtLeast waits until the copy buffers held are between least
-// and most bytes and stay so for 50 ms (a direction that moves up a size
-// gives back one buffer before it takes the next), and returns what they
-// hold then.
+// and most bytes and have stayed the same for 50 ms (a direction that moves
+// up a size gives back one buffer before it takes the next), and returns
+// what they hold then.
 func waitBufferedAtLeast(t *testing.T, least, most int64, why string) int64 {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	prev := int64(-1)
-	for {
-		got := lentBytes.Load()
-		if got >= least && got <= most && got == prev {
-			return got
+	got, since := int64(-1), time.Now()
+	if !testkit.Poll(10*time.Second, func() bool {
+		if now := lentBytes.Load(); now != got {
+			got, since = now, time.Now()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d bytes in copy buffers, want %d to %d", why, got, least, most)
-		}
-		prev = got
-		time.Sleep(50 * time.Millisecond)
+		return got >= least && got <= most && time.Since(since) >= 50*time.Millisecond
+	}) {
+		t.Fatalf("%s: %d bytes in copy buffers, want %d to %d", why, got, least, most)
 	}
+	return got
 }
 
 // A quiet tunnel holds no buffer; a download whose reader stops holds one

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 var idleLine = regexp.MustCompile(`up=(\d+) down=(\d+) .*closed=idle`)
@@ -63,13 +64,13 @@ func TestIdleTimeoutWhileWriteBlocked(t *testing.T) {
 	// The reader stops: a full timeout later the tunnel is closed.
 	ctx := testContext(t)
 	var m []string
-	for m = closedIdle(); m == nil; m = closedIdle() {
-		if ctx.Err() != nil {
-			t.Fatal("tunnel never closed as idle")
+	testkit.EventuallyContext(t, ctx, "the tunnel closed as idle", func() bool {
+		if m = closedIdle(); m != nil {
+			return true
 		}
 		fake.Advance(idle / 4)
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
 		n, err := br.Read(buf)

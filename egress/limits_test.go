@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -56,13 +57,9 @@ func TestTunnelsPerComputer(t *testing.T) {
 
 	// One tunnel closes: the proxy sees the end, and a new one opens.
 	open[0].Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.p.slots.open(computer) >= DefaultMaxTunnelsPerComputer {
-		if time.Now().After(deadline) {
-			t.Fatal("the closed tunnel still counts after 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "the closed tunnel to stop counting", func() bool {
+		return h.p.slots.open(computer) < DefaultMaxTunnelsPerComputer
+	})
 	if c, _ := h.connect("tunnels.example.com:443"); c == nil {
 		t.Fatal("no tunnel after one closed")
 	}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // upstream is a loopback HTTP server that records the requests it gets.
@@ -100,7 +102,7 @@ func TestPlainAndConnectThroughHTTPClient(t *testing.T) {
 		t.Errorf("resolved example.com %d times, want once per connection (2)", n)
 	}
 	c.CloseIdleConnections()
-	waitFor(t, func() bool { return h.p.Stats().Active == 0 })
+	testkit.EventuallyContext(t, testContext(t), "no connection left active", func() bool { return h.p.Stats().Active == 0 })
 	st := h.p.Stats()
 	if st.Verdicts[VerdictAllowed] != 2 || st.BytesDown == 0 {
 		t.Errorf("stats %+v", st)
@@ -250,7 +252,7 @@ func TestConnectEarlyBytesAndHalfClose(t *testing.T) {
 		t.Fatalf("upstream got %q", echo.received())
 	}
 	c.Close()
-	waitFor(t, func() bool { return h.p.Stats().Active == 0 })
+	testkit.EventuallyContext(t, testContext(t), "no connection left active", func() bool { return h.p.Stats().Active == 0 })
 	st := h.p.Stats()
 	if st.BytesUp != 10 || st.BytesDown != 13 {
 		t.Errorf("bytes up %d down %d", st.BytesUp, st.BytesDown)
@@ -503,7 +505,7 @@ func TestLogLines(t *testing.T) {
 	h.raw("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n" + h.auth() + "\r\n")
 	h.raw("CONNECT 10.0.0.1:22 HTTP/1.1\r\nHost: 10.0.0.1:22\r\n" + h.auth() + "\r\n")
 	h.raw("CONNECT example.com:22 HTTP/1.1\r\nHost: example.com:22\r\nProxy-Authorization: " + basic(computer, "guess-"+h.password) + "\r\n\r\n")
-	waitFor(t, func() bool { return strings.Count(h.logs.String(), "egress connection") == 3 })
+	testkit.EventuallyContext(t, testContext(t), "three egress connection log lines", func() bool { return strings.Count(h.logs.String(), "egress connection") == 3 })
 	lines := strings.Split(strings.TrimSpace(h.logs.String()), "\n")
 	want := [][]string{
 		{"computer=" + computer, "method=GET", "host=example.com", "port=80", "verdict=allowed", "addr=93.184.215.14", "down=", "duration="},
@@ -572,18 +574,5 @@ func TestAsHandler(t *testing.T) {
 	p.ServeHTTP(w, req)
 	if w.Code != http.StatusOK || w.Body.String() != "hello from example.com/h" {
 		t.Fatalf("%d %q", w.Code, w.Body.String())
-	}
-}
-
-// waitFor polls cond until it holds or the test's context ends.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	ctx := testContext(t)
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatal("condition never held")
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -76,7 +77,7 @@ func TestIdleTimeout(t *testing.T) {
 		}
 		fake.Advance(idle)
 	}
-	waitFor(t, func() bool { return strings.Contains(h.logs.String(), "closed=idle") })
+	testkit.EventuallyContext(t, testContext(t), "closed=idle in the log", func() bool { return strings.Contains(h.logs.String(), "closed=idle") })
 }
 
 func TestDialTimeout(t *testing.T) {
@@ -116,7 +117,7 @@ func TestDialTimeout(t *testing.T) {
 	if strings.Contains(a.raw, publicA.String()) {
 		t.Errorf("answer names the address:\n%s", a.raw)
 	}
-	waitFor(t, func() bool { return strings.Contains(h.logs.String(), "timed out") })
+	testkit.EventuallyContext(t, testContext(t), "\"timed out\" in the log", func() bool { return strings.Contains(h.logs.String(), "timed out") })
 }
 
 func TestLookupTimeout(t *testing.T) {
@@ -131,7 +132,7 @@ func TestLookupTimeout(t *testing.T) {
 		resp, _, _, _ := h.raw("GET http://slow.example/ HTTP/1.1\r\nHost: slow.example\r\n" + h.auth() + "\r\n")
 		got <- resp
 	}()
-	waitFor(t, func() bool { return h.resolver.count("slow.example") == 1 })
+	testkit.EventuallyContext(t, testContext(t), "one lookup of slow.example", func() bool { return h.resolver.count("slow.example") == 1 })
 	fake.Advance(3 * time.Second)
 	resp := <-got
 	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(HeaderRefused) != string(VerdictDNSFailure) {

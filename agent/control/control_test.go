@@ -13,19 +13,18 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 const testImage = "berth/test:latest"
@@ -147,12 +146,10 @@ func TestControlAPI(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := l.Create(ctx, req); errc <- err }()
 	var as []control.Approval
-	for ctx.Err() == nil {
-		if as, err = c.Approvals(ctx); err == nil && len(as) == 1 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "one approval asked", func() bool {
+		as, err = c.Approvals(ctx)
+		return err == nil && len(as) == 1
+	})
 	if len(as) != 1 || as[0].Agent != "agent-7" || as[0].Workspace != "lab" || as[0].Deadline.Sub(as[0].Requested) != 30*time.Second {
 		t.Fatalf("approvals %+v", as)
 	}
@@ -184,12 +181,7 @@ func TestControlAPI(t *testing.T) {
 // through the socket: live memory from the Docker stats API, a screenshot
 // answered 404 by a computer without a screen, and stop.
 func TestControlSessions(t *testing.T) {
-	if err := exec.Command("docker", "image", "inspect", testImage).Run(); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker or %s unavailable: %v", testImage, err)
-		}
-		t.Skipf("Docker or %s unavailable (%v); start the engine and run `make images`", testImage, err)
-	}
+	testkit.RequireDocker(t, testImage)
 	l, c, _ := serve(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -211,12 +203,7 @@ func TestControlSessions(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { _, err := l.Create(ctx, req); errc <- err }()
 	var as []control.Approval
-	for ctx.Err() == nil {
-		if as, _ = c.Approvals(ctx); len(as) == 1 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "one approval asked", func() bool { as, _ = c.Approvals(ctx); return len(as) == 1 })
 	if _, err := c.Approve(ctx, as[0].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -238,14 +225,7 @@ func TestControlSessions(t *testing.T) {
 	srv := httptest.NewServer(l.Handler())
 	defer srv.Close()
 	cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
-	for {
-		if _, err := cd.Processes(ctx); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "computerd to answer through the agent", func() bool { _, err := cd.Processes(ctx); return err == nil })
 	_, err = c.Screenshot(ctx, id)
 	apiErr(t, err, http.StatusNotFound, control.CodeNoScreenshot, "has no screenshot endpoint")
 	if st, err := c.Status(ctx); err != nil || st.Sessions != 1 {

@@ -5,8 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
@@ -27,12 +26,7 @@ const desktopImage = "berth/desktop:latest"
 // control socket: the agent asks the computer's computerd, with the token
 // it saw pass on the supervisor's first call.
 func TestControlScreenshot(t *testing.T) {
-	if err := exec.Command("docker", "image", "inspect", desktopImage).Run(); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker or %s unavailable: %v (run `make images`)", desktopImage, err)
-		}
-		t.Skipf("Docker or %s unavailable (%v); start the engine and run `make images`", desktopImage, err)
-	}
+	testkit.RequireDocker(t, desktopImage)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -84,17 +78,13 @@ func TestControlScreenshot(t *testing.T) {
 	defer srv.Close()
 	cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
 	var png []byte
-	for {
-		if _, err := cd.Processes(ctx); err == nil {
-			if png, err = c.Screenshot(ctx, id); err == nil {
-				break
-			}
+	testkit.EventuallyContext(t, ctx, "a screenshot", func() bool {
+		if _, err := cd.Processes(ctx); err != nil {
+			return false
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("no screenshot: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		png, err = c.Screenshot(ctx, id)
+		return err == nil
+	})
 	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 100 {
 		t.Fatalf("screenshot is not a PNG: %d bytes %q", len(png), png[:min(len(png), 16)])
 	}

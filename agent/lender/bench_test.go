@@ -13,6 +13,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
@@ -59,24 +60,15 @@ func BenchmarkLentExec(b *testing.B) {
 		r.l.Serve(lctx, relayclient.Config{URL: "ws" + strings.TrimPrefix(srv.URL, "http") + relay.ConnectPath, Token: "t"})
 	}()
 	defer func() { stop(); <-done }()
-	for ctx.Err() == nil {
-		if p, ok := rs.Presence("cp_bench"); ok && p.Online {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyContext(b, ctx, "the agent online at the relay", func() bool {
+		p, ok := rs.Presence("cp_bench")
+		return ok && p.Online
+	})
 	c, _ := r.l.lookup(req.ComputerID)
 	direct := computerd.NewClient(c.endpoint, tok)
 	relayed := computerd.NewClient("http://lender"+lending.EndpointPath(req.ComputerID), tok, computerd.WithTransport(rs.Transport("cp_bench")))
 	for _, cl := range []*computerd.Client{direct, relayed} {
-		for {
-			if _, err := cl.Health(ctx); err == nil {
-				break
-			} else if ctx.Err() != nil {
-				b.Fatal(err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testkit.EventuallyContext(b, ctx, "computerd to answer", func() bool { _, err := cl.Health(ctx); return err == nil })
 	}
 	run := func(cl *computerd.Client) time.Duration {
 		start := time.Now()
@@ -154,16 +146,10 @@ func BenchmarkLentCreate(b *testing.B) {
 		}
 		c, _ := r.l.lookup(req.ComputerID)
 		cl := computerd.NewClient(c.endpoint, tok, computerd.WithTransport(r.l.transport))
-		for {
+		testkit.EventuallyContext(b, ctx, "a first exec", func() bool {
 			x, err := cl.Exec(ctx, computerd.ExecRequest{Command: "true", TimeoutMs: 10000})
-			if err == nil && x.ExitCode == 0 {
-				break
-			}
-			if ctx.Err() != nil {
-				b.Fatal(err)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return err == nil && x.ExitCode == 0
+		})
 		took := time.Since(t0)
 		b.StopTimer()
 		if err := r.l.Destroy(ctx, req.ComputerID); err != nil {

@@ -5,39 +5,32 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // testImage is the small image images/build.sh makes (busybox and computerd).
 const testImage = "berth/test:latest"
 
-// requireDocker skips when no engine answers, unless BERTH_REQUIRE_DOCKER=1.
+// requireDocker skips without the engine or testImage, unless
+// BERTH_REQUIRE_DOCKER=1.
 func requireDocker(t testing.TB) {
 	t.Helper()
-	if err := exec.Command("docker", "image", "inspect", testImage).Run(); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker engine or image %s unavailable: %v (run `make images`)", testImage, err)
-		}
-		t.Skipf("Docker engine or image %s unavailable (%v); start the engine and run `make images`", testImage, err)
-	}
+	testkit.RequireDocker(t, testImage)
 }
 
 func testContext(t testing.TB, limit time.Duration) context.Context {

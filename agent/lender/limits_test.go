@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/lending"
 )
 
@@ -91,14 +92,9 @@ func TestApprovalTimesOut(t *testing.T) {
 
 	waitPending := func() control.Approval {
 		t.Helper()
-		for ctx.Err() == nil {
-			if as := r.l.Approvals(); len(as) == 1 {
-				return as[0]
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Fatal("no approval appeared")
-		return control.Approval{}
+		var as []control.Approval
+		testkit.EventuallyContext(t, ctx, "an approval asked", func() bool { as = r.l.Approvals(); return len(as) == 1 })
+		return as[0]
 	}
 
 	req, _ := request("agent-1")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
@@ -85,7 +86,7 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	}
 	srv := httptest.NewServer(r.l.Handler())
 	defer srv.Close()
-	waitHealthy(t, ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok))
+	testkit.EventuallyContext(t, ctx, "computerd to answer", healthy(ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok)))
 	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + lending.OwnerViewKey(tok, desk.SessionID)
 	if u := viewURL(desk.ComputerID); u != want {
 		t.Errorf("viewUrl %q, want %q", u, want)
@@ -98,7 +99,7 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	env := func(id, tok string) string {
 		t.Helper()
 		c := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
-		waitHealthy(t, ctx, c)
+		testkit.EventuallyContext(t, ctx, "computerd to answer", healthy(ctx, c))
 		x, err := c.Exec(ctx, computerd.ExecRequest{Command: `echo "$TURN_PUBLIC_HOST:$TURN_PORT"`, TimeoutMs: 10000})
 		if err != nil {
 			t.Fatal(err)

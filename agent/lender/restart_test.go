@@ -14,6 +14,7 @@ import (
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
@@ -56,7 +57,7 @@ func TestLendAndRestart(t *testing.T) {
 		t.Fatalf("container deployment label %q", out)
 	}
 	cd := computerd.NewClient(srv.URL+lending.EndpointPath(req.ComputerID), tok)
-	waitHealthy(t, ctx, cd)
+	testkit.EventuallyContext(t, ctx, "computerd to answer", healthy(ctx, cd))
 	res, err := cd.Exec(ctx, computerd.ExecRequest{Command: "echo lent", TimeoutMs: 10000})
 	if err != nil || strings.TrimSpace(res.Stdout) != "lent" {
 		t.Fatalf("exec through the proxy: %+v %v", res, err)
@@ -159,12 +160,10 @@ func TestLendAndRestart(t *testing.T) {
 	// Past the lease and the grace, the lender removes the computer.
 	r3.clk.Advance(15*time.Minute + DefaultExpiryGrace + time.Second)
 	var s ledger.Session
-	for ctx.Err() == nil {
-		if s, err = r3.led.Get(ctx, req.ComputerID); err != nil || !s.Open() {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "the session closed in the ledger", func() bool {
+		s, err = r3.led.Get(ctx, req.ComputerID)
+		return err != nil || !s.Open()
+	})
 	if exists(c.MachineID) {
 		t.Fatal("expired computer still there")
 	}
@@ -174,16 +173,9 @@ func TestLendAndRestart(t *testing.T) {
 	exec.Command("docker", "volume", "rm", "-f", docker.VolumePrefix+unknown).Run()
 }
 
-func waitHealthy(t *testing.T, ctx context.Context, c *computerd.Client) {
-	t.Helper()
-	for {
-		if _, err := c.Health(ctx); err == nil {
-			return
-		} else if ctx.Err() != nil {
-			t.Fatalf("computerd never answered: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+// healthy reports whether computerd answers through c.
+func healthy(ctx context.Context, c *computerd.Client) func() bool {
+	return func() bool { _, err := c.Health(ctx); return err == nil }
 }
 
 func exists(container string) bool {

@@ -2,11 +2,13 @@ package lender
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
@@ -59,16 +61,15 @@ func TestRelayLinkStatus(t *testing.T) {
 	defer func() { stop(); <-done }()
 	waitRelay := func(online bool, advance bool) {
 		t.Helper()
-		for ctx.Err() == nil {
-			if st := r.l.Status(ctx); st.Relay.Online == online {
-				return
+		testkit.EventuallyContext(t, ctx, fmt.Sprintf("the relay link online=%v", online), func() bool {
+			if r.l.Status(ctx).Relay.Online == online {
+				return true
 			}
 			if advance {
 				r.clk.Advance(time.Second)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("relay link never became online=%v", online)
+			return false
+		})
 	}
 	waitRelay(true, false)
 	first := r.l.Status(ctx).Relay.Since

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -182,12 +183,7 @@ func TestCleanupFailedOverControlSocket(t *testing.T) {
 
 	// The agent tries again by itself once the lease and its grace are over.
 	r.clk.Set(session().NextAttempt)
-	for s := session(); s.FailedAttempts <= control.CleanupFailedAfter; s = session() {
-		if ctx.Err() != nil {
-			t.Fatalf("the agent did not try again by itself: %+v", s)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.EventuallyContext(t, ctx, "the agent to try again by itself", func() bool { return session().FailedAttempts > control.CleanupFailedAfter })
 	if s := session(); s.State != control.SessionCleanupFailed {
 		t.Fatalf("after the agent's own retry: %+v", s)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // nsEnv marks the child process that runs a test inside its own mount
@@ -481,12 +483,10 @@ func TestSysVService(t *testing.T) {
 	// The pid file names the script's background child as it forks; it
 	// runs the program a moment later, once it has exec'd.
 	var cmdline []byte
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Poll(5*time.Second, func() bool {
 		cmdline, err = os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
-		if (err == nil && string(cmdline) == sleep+"\x0055\x00") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err == nil && string(cmdline) == sleep+"\x0055\x00"
+	})
 	if err != nil || string(cmdline) != sleep+"\x0055\x00" {
 		t.Fatalf("pid %d runs %q, %v", p, cmdline, err)
 	}

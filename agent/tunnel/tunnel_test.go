@@ -19,16 +19,16 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
-	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	ptunnel "github.com/berthdev/berth/providers/tunnel"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // testImage has computerd; `make images` builds it.
@@ -61,6 +61,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // BERTH_REQUIRE_DOCKER=1.
 func engine(t *testing.T, ctx context.Context) *client.Client {
 	t.Helper()
+	testkit.RequireDocker(t, testImage)
 	host := os.Getenv(docker.SettingSocket)
 	if host == "" {
 		host = docker.DefaultSocket
@@ -70,21 +71,6 @@ func engine(t *testing.T, ctx context.Context) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	require := os.Getenv("BERTH_REQUIRE_DOCKER") == "1"
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		if require || !client.IsErrConnectionFailed(err) {
-			t.Fatalf("Docker engine at %s: %v (start it with `make docker`)", host, err)
-		}
-		t.Skipf("no Docker engine at %s (%v); start it with `make docker`, or run `make test`", host, err)
-	}
-	if _, err := cli.ImageInspect(ctx, testImage); err != nil {
-		if require || !cerrdefs.IsNotFound(err) {
-			t.Fatalf("image %s: %v (build it with `make images`)", testImage, err)
-		}
-		t.Skipf("image %s missing; build it with `make images`", testImage)
-	}
 	return cli
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/credstore"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 )
 
@@ -39,7 +40,7 @@ func TestOwnAgent(t *testing.T) {
 	c := control.NewClient(r.socket)
 	defer c.Close()
 
-	eventually(t, ctx, "the not-paired problem", func() bool { return strings.Contains(r.Problem(), "not paired yet") })
+	testkit.EventuallyContext(t, ctx, "the not-paired problem", func() bool { return strings.Contains(r.Problem(), "not paired yet") })
 	if _, err := c.Status(ctx); err == nil {
 		t.Fatal("an agent answers before pairing")
 	}
@@ -54,7 +55,7 @@ func TestOwnAgent(t *testing.T) {
 		st, err := c.Status(ctx)
 		return err == nil && st.Supervisor.AgentID == "cp_own" && st.Supervisor.URL == "http://supervisor.test"
 	}
-	eventually(t, ctx, "the agent's status on its socket", answers)
+	testkit.EventuallyContext(t, ctx, "the agent's status on its socket", answers)
 	if p := r.Problem(); p != "" {
 		t.Errorf("problem while running: %q", p)
 	}
@@ -64,22 +65,11 @@ func TestOwnAgent(t *testing.T) {
 		t.Fatal("the agent still answers while paused for a service")
 	}
 	r.Resume()
-	eventually(t, ctx, "the agent back after Resume", answers)
+	testkit.EventuallyContext(t, ctx, "the agent back after Resume", answers)
 }
 
 func dockerImage() error {
 	return exec.Command("docker", "image", "inspect", testImage).Run()
-}
-
-func eventually(t *testing.T, ctx context.Context, what string, ok func() bool) {
-	t.Helper()
-	for !ok() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("never saw %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // TestServiceNeedsBerth: without the berth command the service settings

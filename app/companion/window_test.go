@@ -21,13 +21,13 @@ import (
 	"time"
 
 	"github.com/godbus/dbus/v5"
-	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/docker"
@@ -35,7 +35,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// The fyne driver starts its event queue when the package loads.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("fyne.io/fyne/v2/internal/async.(*UnboundedChan[...]).processing"))
+	testkit.VerifyTestMain(m)
 }
 
 const (
@@ -50,11 +50,7 @@ func need(t *testing.T, what string, err error) {
 	if err == nil {
 		return
 	}
-	msg := fmt.Sprintf("%s: %v (apt-get install -y xvfb dbus imagemagick; start the Docker engine; make images)", what, err)
-	if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testkit.Missing(t, testkit.DockerEnv, fmt.Sprintf("%s: %v", what, err), "apt-get install -y xvfb dbus imagemagick; start the Docker engine; make images")
 }
 
 // buildApp builds the companion binary (cgo), once per test run.
@@ -141,14 +137,7 @@ func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender
 		srv := httptest.NewServer(l.Handler())
 		t.Cleanup(srv.Close)
 		cd := computerd.NewClient(srv.URL+lending.EndpointPath(id), tok)
-		for {
-			if _, err := cd.Processes(ctx); err == nil {
-				break
-			} else if ctx.Err() != nil {
-				t.Fatalf("computerd of %s: %v", id, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		testkit.EventuallyContext(t, ctx, "computerd of "+id+" to answer", func() bool { _, err := cd.Processes(ctx); return err == nil })
 	}
 	return l, sock
 }
@@ -271,8 +260,10 @@ func screenshot(t *testing.T, display, name string) {
 	path := filepath.Join(dir, name)
 	// The window may take a moment to paint; retry until it shows.
 	var sd float64
-	for range 50 {
-		out, err := exec.Command("import", "-display", display, "-window", "root", "png:-").Output()
+	var out []byte
+	if testkit.Poll(10*time.Second, func() bool {
+		var err error
+		out, err = exec.Command("import", "-display", display, "-window", "root", "png:-").Output()
 		if err != nil {
 			t.Fatalf("import: %v", err)
 		}
@@ -280,14 +271,14 @@ func screenshot(t *testing.T, display, name string) {
 		if err != nil {
 			t.Fatalf("screenshot: %v", err)
 		}
-		if sd = spread(img); sd > 10 {
-			if err := os.WriteFile(path, out, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("screenshot %s (luma spread %.1f)", path, sd)
-			return
+		sd = spread(img)
+		return sd > 10
+	}) {
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		t.Logf("screenshot %s (luma spread %.1f)", path, sd)
+		return
 	}
 	t.Fatalf("the screen stayed blank (luma spread %.1f)", sd)
 }
@@ -390,11 +381,8 @@ func clickUntil(t *testing.T, ctx context.Context, conn *dbus.Conn, name, label 
 		if err := click(ctx, conn, name, it.id); err != nil && !done() {
 			t.Logf("click %q: %v", label, err)
 		}
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-			if done() {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+		if testkit.Poll(3*time.Second, done) {
+			return
 		}
 	}
 	t.Fatalf("clicking %q in the tray had no effect", label)
@@ -435,7 +423,7 @@ func TestRealWindowWithTray(t *testing.T) {
 	var name string
 	var items []trayItem
 	session := "researcher (headless): "
-	for ctx.Err() == nil {
+	testkit.PollContext(ctx, time.Hour, func() bool {
 		if name == "" {
 			var names []string
 			if err := conn.BusObject().CallWithContext(ctx, "org.freedesktop.DBus.ListNames", 0).Store(&names); err != nil {
@@ -447,14 +435,13 @@ func TestRealWindowWithTray(t *testing.T) {
 				}
 			}
 		}
-		if name != "" {
-			items, err = trayMenu(ctx, conn, name)
-			if _, ok := find(items, session); err == nil && ok {
-				break
-			}
+		if name == "" {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		items, err = trayMenu(ctx, conn, name)
+		_, ok := find(items, session)
+		return err == nil && ok
+	})
 	if ctx.Err() != nil {
 		t.Fatalf("tray menu never listed the session: %+v (%v)", items, err)
 	}
@@ -476,13 +463,11 @@ func TestRealWindowWithTray(t *testing.T) {
 	paused := func() bool { return !l.Settings().Lending }
 	clickUntil(t, ctx, conn, name, "Lend this machine", paused)
 	// The menu follows: lending unchecked.
-	for ctx.Err() == nil {
+	testkit.PollContext(ctx, time.Hour, func() bool {
 		items, err = trayMenu(ctx, conn, name)
-		if it, ok := find(items, "Lend this machine"); err == nil && ok && !it.toggled {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		it, ok := find(items, "Lend this machine")
+		return err == nil && ok && !it.toggled
+	})
 	if ctx.Err() != nil {
 		t.Fatalf("tray never showed lending paused: %+v %v", items, err)
 	}

@@ -2,18 +2,17 @@ package dbusprobe
 
 import (
 	"bufio"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 func TestNoBus(t *testing.T) {
@@ -30,12 +29,7 @@ func TestNoBus(t *testing.T) {
 
 // TestRealBus starts a real session bus (dbus-daemon) and asks it.
 func TestRealBus(t *testing.T) {
-	if _, err := exec.LookPath("dbus-daemon"); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatal("dbus-daemon is missing: apt-get install -y dbus")
-		}
-		t.Skip("dbus-daemon is missing: apt-get install -y dbus")
-	}
+	testkit.RequireTools(t, "apt-get install -y dbus", "dbus-daemon")
 	sock := filepath.Join(t.TempDir(), "bus")
 	cmd := exec.Command("dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1", "--address=unix:path="+sock)
 	out, err := cmd.StdoutPipe()

@@ -18,14 +18,14 @@ import (
 	"fyne.io/fyne/v2/driver/desktop"
 	"fyne.io/fyne/v2/test"
 	"fyne.io/fyne/v2/widget"
-	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/app/agentlink"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // now is the tests' fixed clock: 12:00 UTC on a Sunday.

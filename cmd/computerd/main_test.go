@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // computerdEnv sets what run reads, listening on a free loopback port,
@@ -40,18 +41,13 @@ func TestLifetimeEnds(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(slog.New(slog.DiscardHandler)) }()
 
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "computerd to answer", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("computerd never answered: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	})
 	if v, ok := os.LookupEnv(computerd.EnvExpiresAt); ok {
 		t.Errorf("%s=%q is left for commands to inherit", computerd.EnvExpiresAt, v)
 	}

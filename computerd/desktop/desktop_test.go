@@ -23,11 +23,12 @@ import (
 
 	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/turnserver"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/pion/ice/v4.(*Agent).startConnectivityChecks.func1"))
+	testkit.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/pion/ice/v4.(*Agent).startConnectivityChecks.func1"))
 }
 
 var secret = []byte("desktop-test-turn-secret")
@@ -43,14 +44,7 @@ func (w tlog) Write(p []byte) (int, error) {
 // required (CI installs both).
 func needTools(t *testing.T) {
 	t.Helper()
-	for _, b := range []string{"Xvfb", "ffmpeg", "xdpyinfo"} {
-		if _, err := exec.LookPath(b); err != nil {
-			if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-				t.Fatalf("%s missing (apt-get install xvfb ffmpeg x11-utils)", b)
-			}
-			t.Skipf("%s missing: apt-get install xvfb ffmpeg x11-utils", b)
-		}
-	}
+	testkit.RequireTools(t, "apt-get install -y xvfb ffmpeg x11-utils", "Xvfb", "ffmpeg", "xdpyinfo")
 }
 
 // xvfb starts a virtual screen on a display number it picks itself
@@ -75,13 +69,9 @@ func xvfb(t *testing.T, w, h int) string {
 		t.Fatalf("Xvfb did not start: %v", err)
 	}
 	disp := fmt.Sprintf(":%d", n)
-	deadline := time.Now().Add(10 * time.Second)
-	for exec.Command("xdpyinfo", "-display", disp).Run() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("Xvfb %s does not answer", disp)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "Xvfb "+disp+" to answer", func() bool {
+		return exec.Command("xdpyinfo", "-display", disp).Run() == nil
+	})
 	return disp
 }
 
@@ -168,17 +158,6 @@ func watch(t *testing.T, ctx context.Context, base, turnAddr, codec string, id .
 	return v, a
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestStreamThroughTURN: a real screen (Xvfb), real ffmpeg, and a pion
 // viewer relaying through the TURN server on loopback; two viewers share
 // one encoder, and the encoder stops the idle time after the last leaves.
@@ -200,9 +179,9 @@ func TestStreamThroughTURN(t *testing.T) {
 			if a.Codec != codec {
 				t.Fatalf("codec %q, want %q", a.Codec, codec)
 			}
-			waitFor(t, 15*time.Second, "frames at the first viewer", func() bool { return v1.frames.Load() > 3 })
+			testkit.Eventually(t, 15*time.Second, "frames at the first viewer", func() bool { return v1.frames.Load() > 3 })
 			v2, _ := watch(t, ctx, srv.URL, turnAddr, codec)
-			waitFor(t, 15*time.Second, "frames at the second viewer", func() bool { return v2.frames.Load() > 3 })
+			testkit.Eventually(t, 15*time.Second, "frames at the second viewer", func() bool { return v2.frames.Load() > 3 })
 			st := d.Status()
 			if len(st.Encoders) != 1 || st.Encoders[0].Viewers != 2 {
 				t.Fatalf("status %+v: want one encoder shared by two viewers", st)
@@ -211,7 +190,7 @@ func TestStreamThroughTURN(t *testing.T) {
 			v1.pc.Close()
 			v2.pc.Close()
 			// Leaving is seen at once, or when ICE times out (6 s).
-			waitFor(t, 10*time.Second, "encoder stop after the last viewer", func() bool {
+			testkit.Eventually(t, 10*time.Second, "encoder stop after the last viewer", func() bool {
 				return len(d.Status().Encoders) == 0 && syscall.Kill(pid, 0) != nil
 			})
 		})
@@ -231,9 +210,9 @@ func TestReconnectReplaces(t *testing.T) {
 	srv := httptest.NewServer(d)
 	defer srv.Close()
 	v1, _ := watch(t, ctx, srv.URL, turnAddr, "", "w1")
-	waitFor(t, 15*time.Second, "frames at the first connection", func() bool { return v1.frames.Load() > 0 })
+	testkit.Eventually(t, 15*time.Second, "frames at the first connection", func() bool { return v1.frames.Load() > 0 })
 	v2, _ := watch(t, ctx, srv.URL, turnAddr, "", "w1")
-	waitFor(t, 15*time.Second, "frames at the second connection", func() bool { return v2.frames.Load() > 0 })
+	testkit.Eventually(t, 15*time.Second, "frames at the second connection", func() bool { return v2.frames.Load() > 0 })
 	if st := d.Status(); st.Viewers != 1 {
 		t.Errorf("viewers = %d after the same viewer connected again, want 1", st.Viewers)
 	}
@@ -287,7 +266,7 @@ func TestIdleStop(t *testing.T) {
 		t.Fatalf("the encoder stopped before the idle time since the last request")
 	}
 	clk.Advance(11 * time.Second)
-	waitFor(t, 5*time.Second, "encoder stop", func() bool { return len(d.Status().Encoders) == 0 && syscall.Kill(pid, 0) != nil })
+	testkit.Eventually(t, 5*time.Second, "encoder stop", func() bool { return len(d.Status().Encoders) == 0 && syscall.Kill(pid, 0) != nil })
 	// Bad input is refused with the field named.
 	if _, err := c.Warm(context.Background(), desktop.WarmRequest{Codec: "av1"}); err == nil || !strings.Contains(err.Error(), "codec") {
 		t.Errorf("warm av1: %v", err)

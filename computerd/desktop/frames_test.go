@@ -4,22 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // encode runs ffmpeg on a synthetic source (30 frames at 15 fps) with the
 // streamer's encoder settings and returns its output.
 func encode(t *testing.T, codec string) []byte {
 	t.Helper()
-	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		if os.Getenv("BERTH_REQUIRE_DOCKER") == "1" {
-			t.Fatal("ffmpeg missing (apt-get install ffmpeg)")
-		}
-		t.Skip("ffmpeg missing: apt-get install ffmpeg")
-	}
+	testkit.RequireTools(t, "apt-get install -y ffmpeg", "ffmpeg")
 	d := New(Config{Width: 320, Height: 240})
 	args := d.ffmpegArgs(codec)
 	// Replace the X input with a test pattern of the same size and rate.

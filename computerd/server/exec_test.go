@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestExec(t *testing.T) {
@@ -114,8 +115,8 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	}
 	pgid, _ := strconv.Atoi(pids[0])
 	escapee, _ := strconv.Atoi(pids[1])
-	eventually(ctx, t, "process group gone", func() bool { return !groupAlive(t, pgid) })
-	eventually(ctx, t, "escaped session gone", func() bool { return !alive(escapee) })
+	testkit.EventuallyContext(t, ctx, "process group gone", func() bool { return !groupAlive(t, pgid) })
+	testkit.EventuallyContext(t, ctx, "escaped session gone", func() bool { return !alive(escapee) })
 	if err := syscall.Kill(-pgid, 0); err != nil && err != syscall.ESRCH && err != syscall.EPERM {
 		t.Errorf("kill(-%d, 0) = %v", pgid, err)
 	}
@@ -132,14 +133,14 @@ func TestExecCallerGoneKillsGroup(t *testing.T) {
 		done <- err
 	}()
 	var pgid int
-	eventually(ctx, t, "command started", func() bool {
+	testkit.EventuallyContext(t, ctx, "command started", func() bool {
 		b, err := readFileString(pidFile)
 		pgid, _ = strconv.Atoi(strings.TrimSpace(b))
 		return err == nil && pgid > 0
 	})
 	cancel()
 	<-done
-	eventually(ctx, t, "process group gone", func() bool { return !groupAlive(t, pgid) })
+	testkit.EventuallyContext(t, ctx, "process group gone", func() bool { return !groupAlive(t, pgid) })
 }
 
 func TestExecOutputBounds(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func writeFile(t *testing.T, path, content string) {
@@ -317,7 +318,7 @@ func TestUploadBrokenBodyKeepsOldFile(t *testing.T) {
 	if _, err := h.client.Upload(ctx, "keep.bin", body, 0); err == nil {
 		t.Fatal("upload with a broken body: nil error")
 	}
-	eventually(ctx, t, "temporary file removed", func() bool { return len(tempFiles(t, h.home)) == 0 })
+	testkit.EventuallyContext(t, ctx, "temporary file removed", func() bool { return len(tempFiles(t, h.home)) == 0 })
 	if b, _ := os.ReadFile(path); string(b) != "old" {
 		t.Errorf("old file holds %d bytes after a broken upload", len(b))
 	}

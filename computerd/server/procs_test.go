@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestParseStat(t *testing.T) {
@@ -63,7 +64,7 @@ func TestKill(t *testing.T) {
 	if err := h.client.Kill(ctx, computerd.KillRequest{PID: pgid, Group: true, Signal: "SIGKILL"}); err != nil {
 		t.Fatalf("kill group %d: %v", pgid, err)
 	}
-	eventually(ctx, t, "killed by group", func() bool { return !alive(pid) })
+	testkit.EventuallyContext(t, ctx, "killed by group", func() bool { return !alive(pid) })
 
 	res, err = h.client.Exec(ctx, computerd.ExecRequest{Command: "sleep 300 >/dev/null 2>&1 & echo $!", TimeoutMs: 10000})
 	if err != nil {
@@ -74,7 +75,7 @@ func TestKill(t *testing.T) {
 	if err := h.client.Kill(ctx, computerd.KillRequest{PID: pid}); err != nil {
 		t.Fatalf("kill %d: %v", pid, err)
 	}
-	eventually(ctx, t, "killed by TERM", func() bool { return !alive(pid) })
+	testkit.EventuallyContext(t, ctx, "killed by TERM", func() bool { return !alive(pid) })
 
 	free := freePID(t)
 	err = h.client.Kill(ctx, computerd.KillRequest{PID: free})

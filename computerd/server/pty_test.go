@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // TestStreamPTY runs a command on a terminal: it is one (tty, stty see it),
@@ -21,7 +22,7 @@ func TestStreamPTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	eventually(ctx, t, "the first terminal size", func() bool { return strings.Contains(out.String(), "30 100") })
+	testkit.EventuallyContext(t, ctx, "the first terminal size", func() bool { return strings.Contains(out.String(), "30 100") })
 	if !strings.Contains(out.String(), "/dev/pts/") {
 		t.Fatalf("not on a terminal: %q", out.String())
 	}
@@ -31,9 +32,9 @@ func TestStreamPTY(t *testing.T) {
 	if _, err := s.Write([]byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "the line read back", func() bool { return strings.Contains(out.String(), "got:hello") })
-	eventually(ctx, t, "the new terminal size", func() bool { return strings.Contains(out.String(), "40 120") })
-	eventually(ctx, t, "stderr on the terminal", func() bool { return strings.Contains(out.String(), "to-stderr") })
+	testkit.EventuallyContext(t, ctx, "the line read back", func() bool { return strings.Contains(out.String(), "got:hello") })
+	testkit.EventuallyContext(t, ctx, "the new terminal size", func() bool { return strings.Contains(out.String(), "40 120") })
+	testkit.EventuallyContext(t, ctx, "stderr on the terminal", func() bool { return strings.Contains(out.String(), "to-stderr") })
 	if err := s.CloseStdin(); err != nil { // ^D ends cat
 		t.Fatal(err)
 	}
@@ -70,5 +71,5 @@ func TestStreamPTYTimeoutKillsSession(t *testing.T) {
 	if err != nil {
 		t.Fatalf("background pid in %q: %v", line, err)
 	}
-	eventually(ctx, t, "the background job gone", func() bool { return !alive(pid) })
+	testkit.EventuallyContext(t, ctx, "the background job gone", func() bool { return !alive(pid) })
 }

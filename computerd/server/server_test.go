@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 )
 
@@ -26,7 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(reaperChildEnv) != "" {
 		os.Exit(reaperChild())
 	}
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // testSecret derives the tokens of the test computers.
@@ -122,18 +121,6 @@ func wantAPIError(t *testing.T, err error, status int, code string, words ...str
 	for _, w := range words {
 		if !strings.Contains(ae.Message, w) {
 			t.Errorf("message %q does not mention %q", ae.Message, w)
-		}
-	}
-}
-
-// eventually polls cond until it holds or ctx ends.
-func eventually(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: still not so at the deadline", what)
-		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -244,7 +231,7 @@ func TestShutdownWaitsThenKills(t *testing.T) {
 		res, _ := h.client.Exec(ctx, computerd.ExecRequest{Command: "sleep 300", TimeoutMs: 60000})
 		done <- res
 	}()
-	eventually(ctx, t, "command started", func() bool {
+	testkit.EventuallyContext(t, ctx, "command started", func() bool {
 		h.srv.mu.Lock()
 		defer h.srv.mu.Unlock()
 		return len(h.srv.children) == 1

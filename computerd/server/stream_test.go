@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // watchWriter collects output and tells when it contains a string.
@@ -43,7 +44,7 @@ func TestStreamStdin(t *testing.T) {
 	if _, err := s.Write([]byte("hello\n")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(ctx, t, "echo of the first line", func() bool { return out.String() == "hello\n" })
+	testkit.EventuallyContext(t, ctx, "echo of the first line", func() bool { return out.String() == "hello\n" })
 	if _, err := s.Write([]byte(big)); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestStreamSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	eventually(ctx, t, "ready", func() bool { return strings.Contains(out.String(), "ready") })
+	testkit.EventuallyContext(t, ctx, "ready", func() bool { return strings.Contains(out.String(), "ready") })
 	if err := s.Signal("NOSUCH"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestStreamTimeout(t *testing.T) {
 		t.Fatalf("Wait = %d, %v, %v; want %d, timed out", code, timedOut, err, computerd.TimeoutExitCode)
 	}
 	pgid, _ := strconv.Atoi(strings.TrimSpace(out.String()))
-	eventually(ctx, t, "process group gone", func() bool { return !groupAlive(t, pgid) })
+	testkit.EventuallyContext(t, ctx, "process group gone", func() bool { return !groupAlive(t, pgid) })
 }
 
 func TestStreamDisconnectKills(t *testing.T) {
@@ -128,16 +129,16 @@ func TestStreamDisconnectKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pgid int
-	eventually(ctx, t, "pid", func() bool {
+	testkit.EventuallyContext(t, ctx, "pid", func() bool {
 		pgid, _ = strconv.Atoi(strings.TrimSpace(out.String()))
 		return pgid > 0
 	})
 	s.Close()
-	eventually(ctx, t, "process group gone", func() bool { return !groupAlive(t, pgid) })
+	testkit.EventuallyContext(t, ctx, "process group gone", func() bool { return !groupAlive(t, pgid) })
 	if _, _, err := s.Wait(); err == nil {
 		t.Error("Wait after Close: nil error, want the broken stream")
 	}
-	eventually(ctx, t, "stream handler done", func() bool {
+	testkit.EventuallyContext(t, ctx, "stream handler done", func() bool {
 		h.srv.mu.Lock()
 		defer h.srv.mu.Unlock()
 		return len(h.srv.children) == 0

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -24,6 +24,7 @@ const dockerImage = "berth/test:latest"
 // BERTH_REQUIRE_DOCKER=1 (as `make test` and CI set).
 func engine(t *testing.T) (*client.Client, string) {
 	t.Helper()
+	testkit.RequireDocker(t, dockerImage)
 	host := os.Getenv(docker.SettingSocket)
 	if host == "" {
 		host = docker.DefaultSocket
@@ -33,21 +34,6 @@ func engine(t *testing.T) (*client.Client, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	require := os.Getenv("BERTH_REQUIRE_DOCKER") == "1"
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		if require || !client.IsErrConnectionFailed(err) {
-			t.Fatalf("Docker engine at %s: %v (start it with `make docker`)", host, err)
-		}
-		t.Skipf("no Docker engine at %s (%v); start it with `make docker`, or run `make test`", host, err)
-	}
-	if _, err := cli.ImageInspect(ctx, dockerImage); err != nil {
-		if require || !cerrdefs.IsNotFound(err) {
-			t.Fatalf("image %s: %v (build it with `make images`)", dockerImage, err)
-		}
-		t.Skipf("image %s missing; build it with `make images`", dockerImage)
-	}
 	return cli, host
 }
 

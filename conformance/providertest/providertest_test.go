@@ -13,15 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // fakeExists answers Exists from the fake's own machines: the fake is its

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -20,7 +22,7 @@ func TestMain(m *testing.M) {
 		// Main does, or die without stopping it.
 		os.Exit(Wrap(child(mode)).Run())
 	}
-	Main(m)
+	testkit.VerifyTestMain(Wrap(m))
 }
 
 func testContext(t *testing.T) context.Context {

@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 func newTest(t testing.TB, f *fakeBoat, log *slog.Logger, image string) *Boat {

@@ -7,17 +7,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 var _ supervisor.BrowserSession = (*Browserbase)(nil)

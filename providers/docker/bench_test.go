@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // BenchmarkColdStart compares Create (network, volume and hardened
@@ -33,9 +35,7 @@ func benchColdStart(b *testing.B, opts Options, image string) {
 	d.log = slog.New(slog.DiscardHandler)
 	if d.pool != nil {
 		d.Warm(ctx)
-		for d.pool.readyCount() < d.pool.size && ctx.Err() == nil {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.EventuallyContext(b, ctx, "the network pool filled", func() bool { return d.pool.readyCount() >= d.pool.size })
 	}
 	var ours, bare []time.Duration
 

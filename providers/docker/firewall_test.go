@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // firewallChildEnv marks the copy of this test that runs inside its own
@@ -31,15 +33,15 @@ func TestRemoveStaleOpenings(t *testing.T) {
 	const fix = `sudo env "PATH=$PATH" go test -count=1 -run TestRemoveStaleOpenings ./providers/docker/`
 	for _, tool := range []string{"ip", "iptables"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			needNetns(t, tool+" is missing", "apt-get install -y iproute2 iptables, then "+fix)
+			testkit.Missing(t, testkit.NetnsEnv, tool+" is missing", "apt-get install -y iproute2 iptables, then "+fix)
 		}
 	}
 	if os.Geteuid() != 0 {
-		needNetns(t, "a network namespace and its firewall need root", fix)
+		testkit.Missing(t, testkit.NetnsEnv, "a network namespace and its firewall need root", fix)
 	}
 	ns := fmt.Sprintf("berth-fw-%d", os.Getpid())
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		needNetns(t, fmt.Sprintf("ip netns add: %v: %s", err, out), fix)
+		testkit.Missing(t, testkit.NetnsEnv, fmt.Sprintf("ip netns add: %v: %s", err, out), fix)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestRemoveStaleOpenings$", "-test.v")
@@ -49,14 +51,6 @@ func TestRemoveStaleOpenings(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestRemoveStaleOpenings") {
 		t.Fatalf("the test in the namespace did not pass: %v", err)
 	}
-}
-
-func needNetns(t *testing.T, why, fix string) {
-	t.Helper()
-	if os.Getenv("BERTH_REQUIRE_NETNS") == "1" {
-		t.Fatalf("%s, and BERTH_REQUIRE_NETNS=1; run: %s", why, fix)
-	}
-	t.Skipf("%s; to run this test: %s (BERTH_REQUIRE_NETNS=1 turns this skip into a failure)", why, fix)
 }
 
 func staleOpeningsInNetns(ctx context.Context, t *testing.T) {

@@ -21,14 +21,14 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
-	"go.uber.org/goleak"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // testImage is built from testdata/image once per test run.
@@ -88,8 +88,8 @@ func newTestDocker(tb testing.TB, ctx context.Context, opts Options) *Docker {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := d.cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		if client.IsErrConnectionFailed(err) && os.Getenv("CI") == "" {
-			tb.Skipf("no Docker engine at %s (%v); to run these tests: %s", d.opts.Host, err, enableEngine)
+		if client.IsErrConnectionFailed(err) {
+			testkit.Missing(tb, testkit.DockerEnv, fmt.Sprintf("no Docker engine at %s (%v)", d.opts.Host, err), enableEngine)
 		}
 		tb.Fatalf("Docker engine at %s: %v (to start one: %s)", d.opts.Host, err, enableEngine)
 	}

@@ -9,6 +9,8 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // poolImage has computerd, which holders run; `make images` builds it.
@@ -18,17 +20,6 @@ func (p *netPool) readyCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.ready)
-}
-
-func waitReady(t *testing.T, p *netPool, n int) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for p.readyCount() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("pool has %d holders ready after 90 s, want %d", p.readyCount(), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestNetworkPool creates a computer in a network made ahead of time and
@@ -41,7 +32,7 @@ func TestNetworkPool(t *testing.T) {
 	}
 	d := newTestDocker(t, ctx, Options{HeadlessImage: poolImage, NetworkPool: 2})
 	d.Warm(ctx)
-	waitReady(t, d.pool, 2)
+	testkit.Eventually(t, 90*time.Second, "2 network holders ready", func() bool { return d.pool.readyCount() >= 2 })
 
 	spec := testSpec(t)
 	m := create(t, ctx, d, spec)
@@ -72,18 +63,13 @@ func TestNetworkPool(t *testing.T) {
 		t.Errorf("holder network: internal %v, bridge %q", nw.Network.Internal, nw.Network.Options[bridgeNameOption])
 	}
 	// The supervisor's side: computerd answers at the endpoint.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, "computerd to answer at "+m.Endpoint, func() bool {
 		resp, err := http.Get(m.Endpoint + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("computerd at %s: %v", m.Endpoint, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	})
 	ms, err := d.List(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +81,7 @@ func TestNetworkPool(t *testing.T) {
 	if !found {
 		t.Errorf("List does not show %s at %s: %+v", m.ID, m.Endpoint, ms)
 	}
-	waitReady(t, d.pool, 2) // refilled
+	testkit.Eventually(t, 90*time.Second, "the pool refilled to 2 holders", func() bool { return d.pool.readyCount() >= 2 })
 
 	if err := d.Destroy(ctx, m.ID); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // OpenTURN adds the TURN openings that are missing, in front of the drop
@@ -25,15 +27,15 @@ func TestOpenTURN(t *testing.T) {
 	const fix = `sudo env "PATH=$PATH" go test -count=1 -run TestOpenTURN ./providers/docker/`
 	for _, tool := range []string{"ip", "iptables"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			needNetns(t, tool+" is missing", "apt-get install -y iproute2 iptables, then "+fix)
+			testkit.Missing(t, testkit.NetnsEnv, tool+" is missing", "apt-get install -y iproute2 iptables, then "+fix)
 		}
 	}
 	if os.Geteuid() != 0 {
-		needNetns(t, "a network namespace and its firewall need root", fix)
+		testkit.Missing(t, testkit.NetnsEnv, "a network namespace and its firewall need root", fix)
 	}
 	ns := fmt.Sprintf("berth-turnfw-%d", os.Getpid())
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		needNetns(t, fmt.Sprintf("ip netns add: %v: %s", err, out), fix)
+		testkit.Missing(t, testkit.NetnsEnv, fmt.Sprintf("ip netns add: %v: %s", err, out), fix)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, os.Args[0], "-test.run=^TestOpenTURN$", "-test.v")

@@ -8,15 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // osMkdirTempShort makes a folder with a short path: a unix socket's path

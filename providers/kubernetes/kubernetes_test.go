@@ -22,6 +22,7 @@ import (
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 )
@@ -29,7 +30,7 @@ import (
 func TestMain(m *testing.M) {
 	// client-go keeps the HTTP/2 connections of the transports it caches
 	// per configuration for the life of the process (TestCluster only).
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
+	testkit.VerifyTestMain(m, goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"))
 }
 
 func testSpec() providers.Spec {
@@ -441,13 +442,10 @@ func TestCluster(t *testing.T) {
 		defer pf.Destroy(context.WithoutCancel(ctx), m.ID)
 		c := computerd.NewClient("http://"+m.ID, tok, computerd.WithHTTPClient(&http.Client{Transport: pf.Transport(m, nil)}))
 		var res computerd.ExecResult
-		for {
+		testkit.PollContext(ctx, time.Minute, func() bool {
 			res, err = c.Exec(ctx, computerd.ExecRequest{Command: "id -u; cat /proc/self/status | grep CapEff", TimeoutMs: 10000})
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return err == nil
+		})
 		if err != nil {
 			t.Fatalf("exec through port-forward: %v", err)
 		}

@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
@@ -28,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // world is a relay on loopback, with its internal API, that agents
@@ -102,16 +101,10 @@ func (w *world) agent(id string, clk clock.Clock, set func(*control.Settings)) (
 		defer close(done)
 		l.Serve(ctx, relayclient.Config{URL: "ws" + strings.TrimPrefix(w.srv.URL, "http") + relay.ConnectPath, Token: tok, Logger: log})
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if p, ok := w.relay.Presence(id); ok && p.Online {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent %s never connected", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, "agent "+id+" to connect", func() bool {
+		p, ok := w.relay.Presence(id)
+		return ok && p.Online
+	})
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -123,12 +116,10 @@ func (w *world) agent(id string, clk clock.Clock, set func(*control.Settings)) (
 		l.Close()
 		eng.Close()
 		led.Close()
-		for {
-			if p, _ := w.relay.Presence(id); !p.Online {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Eventually(t, 10*time.Second, "agent "+id+" offline", func() bool {
+			p, _ := w.relay.Presence(id)
+			return !p.Online
+		})
 	}
 	t.Cleanup(stop)
 	return l, stop
@@ -202,13 +193,9 @@ func TestErrors(t *testing.T) {
 	la, _ := w.agent("cp_asks", clk, func(s *control.Settings) { s.Approval, s.ApprovalTimeoutSeconds = true, 60 })
 	errc := make(chan error, 1)
 	decide := func(f func(control.Approval)) {
-		for ctx.Err() == nil {
-			if as := la.Approvals(); len(as) == 1 {
-				f(as[0])
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		var as []control.Approval
+		testkit.EventuallyContext(t, ctx, "one approval asked", func() bool { as = la.Approvals(); return len(as) == 1 })
+		f(as[0])
 	}
 	go func() { _, err := p.Create(ctx, spec(map[string]string{CredLender: "cp_asks"})); errc <- err }()
 	decide(func(a control.Approval) { la.Decide(a.ID, false) })

@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/conformance/providertest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
 	"github.com/berthdev/berth/providers/e2b/e2bfake"
@@ -17,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }
 
 // TestConformance runs the suite against the novita provider as it is

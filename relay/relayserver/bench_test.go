@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
 )
@@ -44,7 +45,7 @@ func benchPair(b *testing.B) (relayed, direct *http.Client, directURL string) {
 	h := benchHandler()
 	r := startRelay(b, "127.0.0.1:0", relayserver.Config{})
 	startAgent(b, relayclient.Config{URL: r.url, Token: "good-token-1", Handler: h})
-	waitFor(b, ctx, "agent online", online(r, "agent-1"))
+	testkit.EventuallyContext(b, ctx, "agent online", online(r, "agent-1"))
 	ds := httptest.NewServer(h)
 	b.Cleanup(ds.Close)
 	dt := &http.Transport{}
@@ -187,7 +188,7 @@ func measureIdle(b *testing.B, url, mode string, ready func() bool) (heapPer, st
 	if err != nil || line != "ready\n" {
 		b.Fatalf("helper: %q, %v", line, err)
 	}
-	waitFor(b, ctx, "connections registered", ready)
+	testkit.EventuallyContext(b, ctx, "connections registered", ready)
 	h1, s1 := memNow()
 	return (float64(h1) - float64(h0)) / helperN, (float64(s1) - float64(s0)) / helperN
 }

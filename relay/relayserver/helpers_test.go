@@ -145,18 +145,6 @@ func fastBackoff() *relayclient.Backoff {
 	return b
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 func online(r *testRelay, id string) func() bool {
 	return func() bool {
 		p, ok := r.Presence(id)

@@ -4,12 +4,12 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runHelperAgents())
 	}
-	goleak.VerifyTestMain(m)
+	testkit.VerifyTestMain(m)
 }

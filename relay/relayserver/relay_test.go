@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
 )
@@ -47,7 +48,7 @@ func TestFullPath(t *testing.T) {
 	r := startRelay(t, "127.0.0.1:0", relayserver.Config{Logger: log})
 	startAgent(t, relayclient.Config{URL: r.url, Token: "good-token-1", Handler: echoHandler("one"), Logger: log, Version: "1.2.3"})
 	startAgent(t, relayclient.Config{URL: r.url, Token: "good-token-2", Handler: echoHandler("two"), Logger: log, Version: "1.2.4"})
-	waitFor(t, ctx, "agents online", func() bool { return online(r, "agent-1")() && online(r, "agent-2")() })
+	testkit.EventuallyContext(t, ctx, "agents online", func() bool { return online(r, "agent-1")() && online(r, "agent-2")() })
 
 	for _, tc := range []struct{ id, want string }{
 		{"agent-1", "one GET /v1/computers"},
@@ -114,7 +115,7 @@ func TestRelayKilledMidSession(t *testing.T) {
 		URL: r1.url, Token: "good-token-1", Handler: h, Logger: log, Backoff: fastBackoff(),
 		OnConnect: func() { connects <- struct{}{} },
 	})
-	waitFor(t, ctx, "agent online", online(r1, "agent-1"))
+	testkit.EventuallyContext(t, ctx, "agent online", online(r1, "agent-1"))
 	<-connects
 
 	c1 := &http.Client{Transport: r1.Transport("agent-1")}
@@ -142,7 +143,7 @@ func TestRelayKilledMidSession(t *testing.T) {
 	}
 
 	r2 := startRelay(t, addr, relayserver.Config{Logger: log})
-	waitFor(t, ctx, "agent back online", online(r2, "agent-1"))
+	testkit.EventuallyContext(t, ctx, "agent back online", online(r2, "agent-1"))
 	select {
 	case <-connects:
 	case <-ctx.Done():
@@ -181,14 +182,14 @@ func TestPresence(t *testing.T) {
 	go func() {
 		done <- relayclient.Run(agentCtx, relayclient.Config{URL: r.url, Token: "good-token-1", Handler: echoHandler("one"), Logger: log, Version: "9.9.9"})
 	}()
-	waitFor(t, ctx, "agent online", online(r, "agent-1"))
+	testkit.EventuallyContext(t, ctx, "agent online", online(r, "agent-1"))
 	p, _ := r.Presence("agent-1")
 	if !p.Online || !p.ConnectedAt.Equal(start) || !p.LastSeen.Equal(start) || p.Version != "9.9.9" {
 		t.Fatalf("presence after connect: %+v", p)
 	}
 
 	// Answered pings move last seen with the clock.
-	waitFor(t, ctx, "a ping to move last seen", func() bool {
+	testkit.EventuallyContext(t, ctx, "a ping to move last seen", func() bool {
 		clk.Advance(time.Second)
 		p, _ := r.Presence("agent-1")
 		return p.LastSeen.After(start)
@@ -198,7 +199,7 @@ func TestPresence(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
 	}
-	waitFor(t, ctx, "agent offline", func() bool { return !online(r, "agent-1")() })
+	testkit.EventuallyContext(t, ctx, "agent offline", func() bool { return !online(r, "agent-1")() })
 	clk.Advance(time.Hour) // offline time passes; last seen stays
 	p, _ = r.Presence("agent-1")
 	if p.Online || p.LastSeen.Before(start.Add(time.Second)) || p.LastSeen.After(start.Add(time.Hour)) {
@@ -234,7 +235,7 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s1.Close()
-	waitFor(t, ctx, "first online", online(r, "agent-1"))
+	testkit.EventuallyContext(t, ctx, "first online", online(r, "agent-1"))
 	cfg.Version = "new"
 	s2, err := relayclient.Connect(ctx, cfg)
 	if err != nil {
@@ -283,7 +284,7 @@ func TestManyAgents(t *testing.T) {
 			HTTPClient: hc, Backoff: b,
 		})
 	}
-	waitFor(t, ctx, "all agents online", func() bool { return r.Online() == n })
+	testkit.EventuallyContext(t, ctx, "all agents online", func() bool { return r.Online() == n })
 	if got := len(r.Lenders()); got != n {
 		t.Fatalf("%d agents registered", got)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/turnserver"
 )
 
@@ -55,16 +56,10 @@ func TestConnLimits(t *testing.T) {
 	}
 	// A slot given back is taken again.
 	a1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if open, _, _ := s.Conns(); open == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a closed connection still holds its slot after 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the closed connection to give its slot back", func() bool {
+		open, _, _ := s.Conns()
+		return open == 2
+	})
 	if a4 := dialFrom(t, "127.0.0.1", tcp); closedWithin(a4, 200*time.Millisecond) {
 		t.Error("no slot after a connection closed")
 	}
@@ -96,15 +91,8 @@ func TestConnSilence(t *testing.T) {
 	if !closedWithin(spoke, 5*time.Second) {
 		t.Error("an idle connection stayed open 5s past IdleTimeout")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "both silent connections closed and counted", func() bool {
 		open, _, timedOut := s.Conns()
-		if open == 0 && timedOut >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Conns: %d open, %d timed out; want 0 and 2", open, timedOut)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return open == 0 && timedOut >= 2
+	})
 }

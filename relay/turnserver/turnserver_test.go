@@ -18,13 +18,13 @@ import (
 	"time"
 
 	"github.com/pion/turn/v5"
-	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/relay/turnserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 var secret = []byte("0123456789abcdef-turn-secret")
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/secrets"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
@@ -415,10 +416,11 @@ func TestUncertainExec(t *testing.T) {
 	done := make(chan supervisor.ExecResult, 1)
 	go func() {
 		var x supervisor.ExecResult
-		e.mustCall("POST", "/v1/agents/a1/computer/exec", map[string]any{"command": "sleep 20"}, 200, &x)
+		e.mustCall("POST", "/v1/agents/a1/computer/exec", map[string]any{"command": "touch running; sleep 20"}, 200, &x)
 		done <- x
 	}()
-	time.Sleep(300 * time.Millisecond)
+	running := filepath.Join(e.fake.Home("fake-"+s.ID[2:]), "running")
+	testkit.Eventually(t, 10*time.Second, "the command running", func() bool { _, err := os.Stat(running); return err == nil })
 	e.fake.Kill("fake-" + s.ID[2:])
 	select {
 	case x := <-done:

@@ -6,18 +6,18 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/berthdev/berth/internal/pgtest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(pgtest.Wrap(m).Run())
+	testkit.VerifyTestMain(pgtest.Wrap(m))
 }
 
 // BenchmarkExecCalls measures exec tool calls through the REST API with the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
@@ -33,11 +34,8 @@ func retryReconcile(t *testing.T, e *env, ctx context.Context, steps int, done f
 	for ; moved < steps && !done(); moved++ {
 		// The retries wait on the clock between passes: move it only
 		// then, so that each wait is measured whole.
-		for wait := time.Now().Add(10 * time.Second); e.clock.Waiters() == 0 && !done(); {
-			if time.Now().After(wait) {
-				t.Fatalf("after %d s: the retries wait for no timer", moved)
-			}
-			time.Sleep(time.Millisecond)
+		if !testkit.Poll(10*time.Second, func() bool { return e.clock.Waiters() != 0 || done() }) {
+			t.Fatalf("after %d s: the retries wait for no timer", moved)
 		}
 		if done() {
 			break

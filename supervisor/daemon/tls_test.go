@@ -20,13 +20,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
+	"github.com/berthdev/berth/internal/testkit"
 	_ "github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir and
 // returns their paths and a pool that trusts the certificate.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,11 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/pgtest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
@@ -30,7 +30,7 @@ import (
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m)) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(pgtest.Wrap(m)) }
 
 const turnSecret = "liveview-test-turn-secret"
 
@@ -217,19 +217,11 @@ func TestGrantAndPage(t *testing.T) {
 		t.Fatalf("page: %d", st)
 	}
 	// The encoder is warmed when the link is issued.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.Eventually(t, 5*time.Second, "one warm request", func() bool {
 		f.comp.mu.Lock()
-		n := f.comp.warms
-		f.comp.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm requests: %d, want 1", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer f.comp.mu.Unlock()
+		return f.comp.warms == 1
+	})
 }
 
 // TestTokenOfAnotherSession: a token works only on its own session.
@@ -586,24 +578,10 @@ func testSeatsAcross(t *testing.T, f1, f2 *fixture) {
 	if seated != 1 {
 		t.Errorf("%d of %d viewers at two supervisors got the one free seat, want 1", seated, viewers)
 	}
-	waitWarms(t, f1.comp, 3+seated)
-}
-
-// waitWarms waits until the computer has had n warm requests, so that no
-// warm-up outlives the test.
-func waitWarms(t *testing.T, c *computer, n int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c.mu.Lock()
-		got := c.warms
-		c.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm requests: %d, want %d", got, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// No warm-up may outlive the test.
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%d warm requests", 3+seated), func() bool {
+		f1.comp.mu.Lock()
+		defer f1.comp.mu.Unlock()
+		return f1.comp.warms >= 3+seated
+	})
 }

@@ -11,15 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/berthdev/berth/internal/pgtest"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
 	"github.com/berthdev/berth/supervisor/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m)) }
+func TestMain(m *testing.M) { testkit.VerifyTestMain(pgtest.Wrap(m)) }
 
 func testContext(tb testing.TB) context.Context {
 	ctx := tb.Context()
