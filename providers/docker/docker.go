@@ -341,6 +341,7 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,
 			Runtime:     d.opts.Runtime,
+			LogConfig:   logConfig(),
 			Mounts: []mount.Mount{{
 				Type:   mount.TypeVolume,
 				Source: n.volume,
@@ -368,6 +369,22 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 		err = fmt.Errorf("%w (%s=%s: is that runtime registered with the engine?)", err, SettingRuntime, d.opts.Runtime)
 	}
 	return fmt.Errorf("create container %s: %w", n.container, err)
+}
+
+// Container logs: the json-file driver, whatever the engine's default, keeps
+// at most LogFiles files of LogFileSize each, so a computer that prints
+// forever holds at most 10 MB of the host's disk in logs.
+const (
+	LogFileSize = "5m"
+	LogFiles    = "2"
+)
+
+// logConfig is the log configuration of every container the provider makes.
+func logConfig() container.LogConfig {
+	return container.LogConfig{
+		Type:   "json-file",
+		Config: map[string]string{"max-size": LogFileSize, "max-file": LogFiles},
+	}
 }
 
 // environment is the computer's environment: spec.Env plus the token hash
