@@ -14,7 +14,7 @@ import (
 // files of LogFileSize in the engine's logs.
 func TestLogsCapped(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	d := newTestDocker(t, ctx, Options{})
+	d := newTestDocker(t, ctx, Options{DiskMB: NoDiskLimit})
 	m := create(t, ctx, d, testSpec(t))
 	res, err := d.cli.ContainerInspect(ctx, m.ID, client.ContainerInspectOptions{})
 	if err != nil {
