@@ -382,3 +382,19 @@ func (d *Docker) volumesOf(ctx context.Context, computerID, attemptID string) ([
 	}
 	return res.Items, nil
 }
+
+// RemoveVolume removes a volume Berth made on the collector's engine, as
+// Destroy does: a disk volume after its loop devices are detached and its
+// file deleted (removing it with the engine alone would leave its loop
+// device, and its space, held until the host reboots). Remove the home
+// volume first. A missing volume is not an error.
+func (c *Collector) RemoveVolume(ctx context.Context, name string) error {
+	res, err := c.d.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect volume %s: %w", name, c.d.engineErr(err))
+	}
+	return c.d.removeVolume(ctx, res.Volume, true)
+}

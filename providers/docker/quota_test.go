@@ -132,6 +132,9 @@ func TestDiskQuotaHolds(t *testing.T) {
 	if got := mustRun(t, ctx, d, m.ID, "stat -c %u:%g /home/berth && ls -A /home/berth"); got != "1000:1000" {
 		t.Errorf("home owner and contents: %q, want 1000:1000 and nothing", got)
 	}
+	if mnt := mustRun(t, ctx, d, m.ID, "grep ' /home/berth ' /proc/mounts"); !strings.Contains(mnt, "nosuid") || !strings.Contains(mnt, "nodev") {
+		t.Errorf("home mounted %q, want nosuid and nodev", mnt)
+	}
 	out, code := run(t, ctx, d, m.ID, "dd if=/dev/zero of=/home/berth/big bs=1M count=1024 && sync")
 	if code == 0 || !strings.Contains(out, "No space left on device") {
 		t.Fatalf("1 GB written under a %d MB quota: exit %d: %s", quotaMB, code, out)
@@ -269,4 +272,29 @@ func TestDiskKeptOnRetry(t *testing.T) {
 	if got := mustRun(t, ctx, d, m.ID, "cat /home/berth/note"); got != "kept" {
 		t.Errorf("note = %q", got)
 	}
+}
+
+// TestCollectorRemoveVolume: removing a computer's volumes one by one, as a
+// lending agent's cleanup does, releases the disk too.
+func TestCollectorRemoveVolume(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	d := newTestDocker(t, ctx, Options{DiskMB: 32})
+	root := hostDocker(t, ctx, d)
+	spec := testSpec(t)
+	m := create(t, ctx, d, spec)
+	_, uuid, file := diskOf(t, ctx, d, root, spec.ComputerID)
+	if _, err := d.cli.ContainerRemove(ctx, m.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := NewCollector(d.opts.Host, nil, d.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	for _, v := range []string{namesOf(spec.ComputerID).volume, DiskPrefix + spec.ComputerID, "berth-v-missing-" + randomID(t)} {
+		if err := gc.RemoveVolume(ctx, v); err != nil {
+			t.Errorf("RemoveVolume(%s): %v", v, err)
+		}
+	}
+	requireReleased(t, uuid, file)
 }
