@@ -69,7 +69,7 @@ func TestLendAndRestart(t *testing.T) {
 
 	// Leftovers made straight with the docker provider: one of an ended
 	// session, one the ledger never had, one of another agent.
-	d, err := docker.New(docker.Options{HeadlessImage: testImage, MemoryMB: 256})
+	d, err := docker.New(docker.Options{HeadlessImage: testImage, MemoryMB: 256, DiskMB: docker.NoDiskLimit})
 	if err != nil {
 		t.Fatal(err)
 	}

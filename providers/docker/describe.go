@@ -23,6 +23,7 @@ func (*Docker) Describe() providers.Description {
 			{Name: SettingCPUs, Default: strconv.FormatFloat(DefaultCPUs, 'g', -1, 64), Help: "CPUs of each computer, fractions allowed"},
 			{Name: SettingPids, Default: itoa(DefaultPids), Help: "most processes in each computer"},
 			{Name: SettingTmpMB, Default: itoa(DefaultTmpMB), Help: "size of each computer's in-memory /tmp, MB"},
+			{Name: SettingDiskMB, Default: itoa(DefaultDiskMB), Help: "most each computer can write to disk (its home), " + itoa(MinDiskMB) + " to " + itoa(MaxDiskMB) + " MB; 0 for no limit, which lets a computer fill the host's disk"},
 			{Name: SettingShmMB, Default: itoa(DefaultShmMB), Help: "size of each computer's /dev/shm, MB"},
 			{Name: SettingRuntime, Help: "container runtime, e.g. runsc for gVisor (the engine's default when empty)"},
 			{Name: SettingNetworkPool, Default: itoa(DefaultNetworkPool), Help: "computer networks made ahead of time, 0 to 64"},

@@ -175,7 +175,7 @@ func (d *Docker) create(ctx context.Context, spec providers.Spec, image string, 
 		netErr, volErr, imgErr error
 	)
 	wg.Go(func() { netID, netErr = d.createNetwork(ctx, n.network, labels) })
-	wg.Go(func() { volErr = d.createVolume(ctx, n.volume, labels) })
+	wg.Go(func() { volErr = d.createHome(ctx, spec.ComputerID, image, labels) })
 	wg.Go(func() { imgErr = d.checkImage(ctx, image, spec.Image) })
 	wg.Wait()
 	if err := joinErrors(imgErr, netErr, volErr); err != nil {
@@ -216,7 +216,7 @@ func (d *Docker) createJoined(ctx context.Context, spec providers.Spec, image st
 		hErr, volErr, imgErr error
 	)
 	wg.Go(func() { h, hErr = d.bindHolder(ctx, spec.ComputerID) })
-	wg.Go(func() { volErr = d.createVolume(ctx, n.volume, labels) })
+	wg.Go(func() { volErr = d.createHome(ctx, spec.ComputerID, image, labels) })
 	wg.Go(func() { imgErr = d.checkImage(ctx, image, spec.Image) })
 	wg.Wait()
 	if err := joinErrors(imgErr, hErr, volErr); err != nil {
@@ -286,11 +286,12 @@ func bridgeName(computerID string) string {
 	return BridgePrefix + hex.EncodeToString(h[:5])
 }
 
-// createVolume creates the home volume. The engine answers a create for an
-// existing name with that volume, so a volume carrying another attempt's
-// label is a leftover and fails the create.
-func (d *Docker) createVolume(ctx context.Context, name string, labels map[string]string) error {
-	res, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels})
+// createVolume creates a volume (a home, or a disk volume; see quota.go).
+// The engine answers a create for an existing name with that volume, so a
+// volume carrying another attempt's label is a leftover and fails the
+// create.
+func (d *Docker) createVolume(ctx context.Context, name string, labels, driverOpts map[string]string) error {
+	res, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels, DriverOpts: driverOpts})
 	if err != nil {
 		return fmt.Errorf("create volume %s: %w", name, d.engineErr(err))
 	}
@@ -341,6 +342,7 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,
 			Runtime:     d.opts.Runtime,
+			LogConfig:   logConfig(),
 			Mounts: []mount.Mount{{
 				Type:   mount.TypeVolume,
 				Source: n.volume,
@@ -368,6 +370,22 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 		err = fmt.Errorf("%w (%s=%s: is that runtime registered with the engine?)", err, SettingRuntime, d.opts.Runtime)
 	}
 	return fmt.Errorf("create container %s: %w", n.container, err)
+}
+
+// Container logs: the json-file driver, whatever the engine's default, keeps
+// at most LogFiles files of LogFileSize each, so a computer that prints
+// forever holds at most 10 MB of the host's disk in logs.
+const (
+	LogFileSize = "5m"
+	LogFiles    = "2"
+)
+
+// logConfig is the log configuration of every container the provider makes.
+func logConfig() container.LogConfig {
+	return container.LogConfig{
+		Type:   "json-file",
+		Config: map[string]string{"max-size": LogFileSize, "max-file": LogFiles},
+	}
 }
 
 // environment is the computer's environment: spec.Env plus the token hash
@@ -540,18 +558,12 @@ func (d *Docker) removeResources(ctx context.Context, computerID, attemptID stri
 		netErr = errors.Join(errs...)
 	})
 	wg.Go(func() {
-		res, err := d.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		vs, err := d.volumesOf(ctx, computerID, attemptID)
 		if err != nil {
-			volErr = fmt.Errorf("list volumes: %w", d.engineErr(err))
+			volErr = err
 			return
 		}
-		var errs []error
-		for _, v := range res.Items {
-			if _, err := d.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("remove volume %s: %w", v.Name, d.engineErr(err)))
-			}
-		}
-		volErr = errors.Join(errs...)
+		volErr = d.removeVolumes(ctx, vs)
 	})
 	wg.Wait()
 	return joinErrors(netErr, volErr)

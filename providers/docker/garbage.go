@@ -122,8 +122,9 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 }
 
 // Collect removes what has expired: containers first (with their anonymous
-// volumes, and a computer's network holder with it), then networks
-// (disconnecting what is still attached), then volumes.
+// volumes, and a computer's network holder with it; disk helpers too), then
+// networks (disconnecting what is still attached), then volumes (a disk
+// volume after its loop devices are detached).
 func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 	cli := c.d.cli
 	now := c.d.opts.Clock.Now()
@@ -177,12 +178,13 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 	if err != nil {
 		return n, errors.Join(append(errs, fmt.Errorf("list volumes: %w", err))...)
 	}
-	for _, v := range vs.Items {
+	// Homes before the disk volumes that back them (see quota.go).
+	for _, v := range sortDisksLast(vs.Items) {
 		if !expired(v.Labels, now) {
 			continue
 		}
-		if _, err := cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove volume %s: %w", v.Name, err))
+		if err := c.d.removeVolume(ctx, v, true); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		n.Volumes++

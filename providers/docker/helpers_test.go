@@ -278,8 +278,10 @@ func requireGone(t *testing.T, ctx context.Context, d *Docker, computerID string
 	if _, err := d.cli.NetworkInspect(ctx, n.network, client.NetworkInspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Errorf("network %s still there (inspect: %v)", n.network, err)
 	}
-	if _, err := d.cli.VolumeInspect(ctx, n.volume, client.VolumeInspectOptions{}); !cerrdefs.IsNotFound(err) {
-		t.Errorf("volume %s still there (inspect: %v)", n.volume, err)
+	for _, v := range []string{n.volume, DiskPrefix + computerID} {
+		if _, err := d.cli.VolumeInspect(ctx, v, client.VolumeInspectOptions{}); !cerrdefs.IsNotFound(err) {
+			t.Errorf("volume %s still there (inspect: %v)", v, err)
+		}
 	}
 	f := labelFilter(computerID, "")
 	nets, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})

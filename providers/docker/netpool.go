@@ -271,6 +271,7 @@ func (d *Docker) newHolder(ctx context.Context, name string) (holder, error) {
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
 			Runtime:        d.opts.Runtime,
+			LogConfig:      logConfig(),
 			Resources:      container.Resources{Memory: memory, MemorySwap: memory, PidsLimit: &pids},
 		},
 	})

@@ -34,6 +34,7 @@ const (
 	SettingWarmPool       = "WARM_POOL_SIZE"
 	SettingSubnets        = "COMPUTER_SUBNETS"
 	SettingGrace          = "COMPUTER_GRACE_SECONDS"
+	SettingDiskMB         = "COMPUTER_DISK_MB"
 )
 
 // Defaults for the settings.
@@ -47,6 +48,7 @@ const (
 	DefaultTmpMB         = 1024
 	DefaultShmMB         = 512
 	DefaultGrace         = 10 * time.Minute
+	DefaultDiskMB        = 10240
 )
 
 // Ranges the settings are checked against.
@@ -63,6 +65,8 @@ const (
 	MaxShmMB    = 1 << 20
 	MaxWarmPool = 1000
 	MaxGrace    = 24 * time.Hour
+	MinDiskMB   = 16
+	MaxDiskMB   = 1 << 24 // 16 TiB
 	// MinSubnetBits and MaxSubnetBits bound COMPUTER_SUBNETS: from a /8 to
 	// a /24 (16 computer networks).
 	MinSubnetBits = 8
@@ -90,6 +94,11 @@ type Options struct {
 	TmpMB int64
 	// ShmMB is the size of each computer's /dev/shm (COMPUTER_SHM_MB).
 	ShmMB int64
+	// DiskMB is the most each computer can write to the host's disk: the
+	// size of its home's own filesystem (COMPUTER_DISK_MB, default 10240;
+	// the setting's 0 is NoDiskLimit here, an unlimited home, unsafe). See
+	// quota.go.
+	DiskMB int64
 	// Runtime is the OCI runtime computers run under; empty means the
 	// engine's default, "runsc" means gVisor (SANDBOX_RUNTIME).
 	Runtime string
@@ -152,6 +161,14 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 	if o.ShmMB, err = intSetting(cfg, SettingShmMB, DefaultShmMB, MinShmMB, MaxShmMB, "megabytes"); err != nil {
 		return Options{}, err
 	}
+	if o.DiskMB, err = intSetting(cfg, SettingDiskMB, DefaultDiskMB, 0, MaxDiskMB, "megabytes, 0 for no limit"); err != nil {
+		return Options{}, err
+	}
+	if o.DiskMB == 0 {
+		o.DiskMB = NoDiskLimit
+	} else if o.DiskMB < MinDiskMB {
+		return Options{}, diskRangeError(o.DiskMB)
+	}
 	pool, err := intSetting(cfg, SettingNetworkPool, DefaultNetworkPool, 0, 64, "networks")
 	if err != nil {
 		return Options{}, err
@@ -202,6 +219,14 @@ func cpuSetting(cfg providers.Config) (float64, error) {
 		return 0, fmt.Errorf("%s=%s is out of range: want %g to %d (CPUs, fractions allowed)", SettingCPUs, s, MinCPUs, MaxCPUs)
 	}
 	return v, nil
+}
+
+// NoDiskLimit in Options.DiskMB turns the disk quota off.
+const NoDiskLimit = -1
+
+func diskRangeError(v int64) error {
+	return fmt.Errorf("%s=%d is out of range: want 0 (no limit, which lets a computer fill the host's disk) or %d to %d (megabytes)",
+		SettingDiskMB, v, MinDiskMB, MaxDiskMB)
 }
 
 func rangeError(name, v string, lo, hi int64, unit string) error {
@@ -258,6 +283,12 @@ func (o Options) withDefaults() (Options, error) {
 		if *f.v < f.lo || *f.v > f.hi {
 			return Options{}, rangeError(f.setting, strconv.FormatInt(*f.v, 10), f.lo, f.hi, f.unit)
 		}
+	}
+	if o.DiskMB == 0 {
+		o.DiskMB = DefaultDiskMB
+	}
+	if o.DiskMB != NoDiskLimit && (o.DiskMB < MinDiskMB || o.DiskMB > MaxDiskMB) {
+		return Options{}, diskRangeError(o.DiskMB)
 	}
 	if o.CPUs == 0 {
 		o.CPUs = DefaultCPUs

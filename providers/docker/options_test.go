@@ -97,6 +97,10 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		{SettingSocket, "ssh://host", []string{SettingSocket, "tcp://host:port"}},
 		{SettingSocket, "unix://relative.sock", []string{SettingSocket}},
 		{SettingHeadlessImage, "berth/headless latest", []string{SettingHeadlessImage}},
+		{SettingDiskMB, "8", []string{SettingDiskMB, "0 (no limit", "16 to 16777216"}},
+		{SettingDiskMB, "-1", []string{SettingDiskMB, "0 to 16777216"}},
+		{SettingDiskMB, "10g", []string{SettingDiskMB, "not a whole number"}},
+		{SettingDiskMB, "99999999", []string{SettingDiskMB, "0 to 16777216"}},
 	} {
 		_, err := OptionsFromConfig(env(map[string]string{tc.setting: tc.value}))
 		if err == nil {
@@ -111,10 +115,32 @@ func TestOptionsRejectBadValues(t *testing.T) {
 	}
 
 	// The same checks apply to Options set in Go.
-	for _, o := range []Options{{MemoryMB: 10}, {CPUs: -1}, {Pids: -5}, {TmpMB: -1}, {ShmMB: 1 << 30}, {Host: "nope"}, {JoinContainers: []string{""}}} {
+	for _, o := range []Options{{MemoryMB: 10}, {CPUs: -1}, {Pids: -5}, {TmpMB: -1}, {ShmMB: 1 << 30}, {Host: "nope"}, {JoinContainers: []string{""}}, {DiskMB: 8}, {DiskMB: -2}} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
+	}
+}
+
+func TestDiskSetting(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int64
+	}{{"", DefaultDiskMB}, {"0", NoDiskLimit}, {"16", 16}, {" 2048 ", 2048}} {
+		o, err := OptionsFromConfig(env(map[string]string{SettingDiskMB: tc.value}))
+		if err != nil {
+			t.Errorf("%s=%q: %v", SettingDiskMB, tc.value, err)
+			continue
+		}
+		if o.DiskMB != tc.want {
+			t.Errorf("%s=%q: DiskMB = %d, want %d", SettingDiskMB, tc.value, o.DiskMB, tc.want)
+		}
+	}
+	if o, err := New(Options{}); err != nil || o.opts.DiskMB != DefaultDiskMB {
+		t.Errorf("zero Options: DiskMB %d, %v; want %d", o.opts.DiskMB, err, DefaultDiskMB)
+	}
+	if o, err := New(Options{DiskMB: NoDiskLimit}); err != nil || o.opts.DiskMB != NoDiskLimit {
+		t.Errorf("NoDiskLimit: DiskMB %d, %v", o.opts.DiskMB, err)
 	}
 }
 

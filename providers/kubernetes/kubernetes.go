@@ -63,6 +63,7 @@ const (
 	SettingDesktopImage        = "COMPUTER_IMAGE_DESKTOP"
 	SettingMemoryMB            = "COMPUTER_MEMORY_MB"
 	SettingCPUs                = "COMPUTER_CPUS"
+	SettingDiskMB              = "COMPUTER_DISK_MB"
 )
 
 // Defaults of the settings.
@@ -72,6 +73,8 @@ const (
 	DefaultDesktopImage       = "berth/desktop:latest"
 	DefaultMemoryMB           = 2048
 	DefaultCPUs               = 1.0
+	DefaultDiskMB             = 10240
+	MaxDiskMB                 = 1 << 24 // 16 TiB
 	DefaultEgressPort         = 3128
 	DefaultSupervisorSelector = "app.kubernetes.io/name=berth-supervisor"
 	// TmpSize and ShmSize are the in-memory /tmp and /dev/shm of each pod.
@@ -121,6 +124,11 @@ type Options struct {
 	RuntimeClass string
 	MemoryMB     int64
 	CPUs         float64
+	// DiskMB is each pod's ephemeral-storage limit, its home's included
+	// (default DefaultDiskMB; NoDiskLimit, the setting's 0, for none,
+	// which lets a computer fill its node's disk). Past it the kubelet
+	// evicts the pod.
+	DiskMB int64
 
 	// EgressSelector, EgressNamespace and EgressPort name the egress
 	// proxy's pods for the NetworkPolicy.
@@ -166,12 +174,22 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 	if o.CPUs, err = strconv.ParseFloat(strings.TrimSpace(s), 64); err != nil || math.IsNaN(o.CPUs) || o.CPUs < 0.01 || o.CPUs > 1024 {
 		return o, fmt.Errorf("%s=%q: want a number of CPUs from 0.01 to 1024", SettingCPUs, s)
 	}
+	s = cfg.Get(SettingDiskMB, strconv.Itoa(DefaultDiskMB))
+	if o.DiskMB, err = strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil || o.DiskMB < 0 || o.DiskMB > MaxDiskMB {
+		return o, fmt.Errorf("%s=%q: want a whole number of MB from 0 (no limit, which lets a computer fill its node's disk) to %d", SettingDiskMB, s, MaxDiskMB)
+	}
+	if o.DiskMB == 0 {
+		o.DiskMB = NoDiskLimit
+	}
 	s = cfg.Get(SettingEgressPort, strconv.Itoa(DefaultEgressPort))
 	if o.EgressPort, err = strconv.Atoi(strings.TrimSpace(s)); err != nil || o.EgressPort < 1 || o.EgressPort > 65535 {
 		return o, fmt.Errorf("%s=%q: want a TCP port from 1 to 65535", SettingEgressPort, s)
 	}
 	return o, nil
 }
+
+// NoDiskLimit in Options.DiskMB sets no ephemeral-storage limit.
+const NoDiskLimit = -1
 
 // Kubernetes is the provider.
 type Kubernetes struct {
@@ -203,6 +221,12 @@ func New(o Options) (*Kubernetes, error) {
 	}
 	if o.CPUs == 0 {
 		o.CPUs = DefaultCPUs
+	}
+	if o.DiskMB == 0 {
+		o.DiskMB = DefaultDiskMB
+	}
+	if o.DiskMB != NoDiskLimit && (o.DiskMB < 0 || o.DiskMB > MaxDiskMB) {
+		return nil, fmt.Errorf("%s=%d: want a whole number of MB from 0 (no limit) to %d", SettingDiskMB, o.DiskMB, MaxDiskMB)
 	}
 	if o.EgressPort == 0 {
 		o.EgressPort = DefaultEgressPort
@@ -353,6 +377,21 @@ func (k *Kubernetes) Pod(spec providers.Spec) *corev1.Pod {
 				{Name: "home", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 		},
+	}
+	if k.o.DiskMB != NoDiskLimit {
+		// What the pod may write to its node's disk: its home (a disk
+		// emptyDir), its container's writable layer (read-only here) and
+		// its logs. The limit is also the request, so that the scheduler
+		// puts the pod on a node with that much room.
+		disk := resource.MustParse(strconv.FormatInt(k.o.DiskMB, 10) + "Mi")
+		c := &pod.Spec.Containers[0]
+		c.Resources.Limits[corev1.ResourceEphemeralStorage] = disk
+		c.Resources.Requests[corev1.ResourceEphemeralStorage] = disk
+		for i := range pod.Spec.Volumes {
+			if v := &pod.Spec.Volumes[i]; v.Name == "home" {
+				v.EmptyDir.SizeLimit = &disk
+			}
+		}
 	}
 	if k.o.RuntimeClass != "" {
 		rc := k.o.RuntimeClass
@@ -605,6 +644,7 @@ func (*Kubernetes) Describe() providers.Description {
 			{Name: SettingDesktopImage, Default: DefaultDesktopImage, Help: "the desktop image as the cluster pulls it"},
 			{Name: SettingMemoryMB, Default: strconv.Itoa(DefaultMemoryMB), Help: "each pod's memory request and limit, MB"},
 			{Name: SettingCPUs, Default: "1", Help: "each pod's CPU request and limit"},
+			{Name: SettingDiskMB, Default: strconv.Itoa(DefaultDiskMB), Help: "each pod's ephemeral-storage request and limit (its home included), MB; 0 for none, which lets a computer fill its node's disk"},
 			{Name: SettingEgressSelector, Help: "label selector of the egress proxy's pods; unset: computers have no egress"},
 			{Name: SettingEgressNamespace, Help: "the egress proxy's namespace (default: the computers')"},
 			{Name: SettingEgressPort, Default: strconv.Itoa(DefaultEgressPort), Help: "the egress proxy's port"},

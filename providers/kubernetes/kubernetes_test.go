@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -114,6 +115,9 @@ func TestPodHardening(t *testing.T) {
 		if cpu := list[corev1.ResourceCPU]; cpu.MilliValue() != 1500 {
 			t.Errorf("cpu %s, want 1500m", cpu.String())
 		}
+		if disk := list[corev1.ResourceEphemeralStorage]; disk.Value() != DefaultDiskMB<<20 {
+			t.Errorf("ephemeral-storage %s, want %dMi", disk.String(), DefaultDiskMB)
+		}
 	}
 	vols := map[string]corev1.Volume{}
 	for _, v := range ps.Volumes {
@@ -129,8 +133,9 @@ func TestPodHardening(t *testing.T) {
 			t.Errorf("%s: volume %+v, want a memory emptyDir of %s", path, v, size)
 		}
 	}
-	if v := vols[mounts[Home]]; v.EmptyDir == nil {
-		t.Errorf("home: volume %+v, want an emptyDir", v)
+	if v := vols[mounts[Home]]; v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumDefault ||
+		v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Value() != DefaultDiskMB<<20 {
+		t.Errorf("home: volume %+v, want a disk emptyDir of %dMi", v, DefaultDiskMB)
 	}
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -142,6 +147,67 @@ func TestPodHardening(t *testing.T) {
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 7070 {
 		t.Errorf("ports %v", c.Ports)
 	}
+}
+
+// TestPodDiskLimit: COMPUTER_DISK_MB sets the pod's ephemeral-storage;
+// 0 sets none.
+func TestPodDiskLimit(t *testing.T) {
+	for _, tc := range []struct {
+		setting string
+		want    int64 // bytes; 0 for no limit
+	}{{"", DefaultDiskMB << 20}, {"512", 512 << 20}, {"0", 0}} {
+		o, err := OptionsFromConfig(providers.Config{Getenv: func(k string) string {
+			if k == SettingDiskMB {
+				return tc.setting
+			}
+			return ""
+		}})
+		if err != nil {
+			t.Fatalf("%s=%q: %v", SettingDiskMB, tc.setting, err)
+		}
+		o.Namespace = "comp"
+		k, f := newTest(t, o)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		m, err := k.Create(ctx, testSpec())
+		cancel()
+		if err != nil {
+			t.Fatalf("%s=%q: Create: %v", SettingDiskMB, tc.setting, err)
+		}
+		pod, err := f.cs.CoreV1().Pods("comp").Get(t.Context(), m.ID, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pod.Spec.Containers[0]
+		var home corev1.Volume
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == "home" {
+				home = v
+			}
+		}
+		for what, q := range map[string]*resource.Quantity{
+			"limit":   ptrTo(c.Resources.Limits[corev1.ResourceEphemeralStorage]),
+			"request": ptrTo(c.Resources.Requests[corev1.ResourceEphemeralStorage]),
+			"home":    home.EmptyDir.SizeLimit,
+		} {
+			got := int64(0)
+			if q != nil {
+				got = q.Value()
+			}
+			if got != tc.want {
+				t.Errorf("%s=%q: %s %d, want %d", SettingDiskMB, tc.setting, what, got, tc.want)
+			}
+		}
+		if err := k.Destroy(t.Context(), m.ID); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func ptrTo(q resource.Quantity) *resource.Quantity {
+	if q.IsZero() {
+		return nil
+	}
+	return &q
 }
 
 // TestPodLabelsKeepKubernetesRules keeps an agent id Kubernetes refuses as
@@ -330,7 +396,7 @@ func TestSettings(t *testing.T) {
 	get := func(m map[string]string) providers.Config {
 		return providers.Config{Getenv: func(k string) string { return m[k] }}
 	}
-	for name, v := range map[string]string{SettingMemoryMB: "lots", SettingCPUs: "-1", SettingEgressPort: "70000"} {
+	for name, v := range map[string]string{SettingMemoryMB: "lots", SettingCPUs: "-1", SettingEgressPort: "70000", SettingDiskMB: "-5"} {
 		if _, err := OptionsFromConfig(get(map[string]string{name: v})); err == nil || !contains(err.Error(), name) {
 			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
 		}
@@ -377,7 +443,7 @@ func TestCluster(t *testing.T) {
 		t.Skip("no cluster: run `make test-k8s`, which builds and starts one")
 	}
 	o := Options{APIURL: url, Token: os.Getenv("BERTH_K8S_TOKEN"), CAFile: os.Getenv("BERTH_K8S_CA_FILE"),
-		Namespace: os.Getenv("BERTH_K8S_NAMESPACE"), HeadlessImage: os.Getenv("BERTH_K8S_IMAGE"), MemoryMB: 256, CPUs: 0.5}
+		Namespace: os.Getenv("BERTH_K8S_NAMESPACE"), HeadlessImage: os.Getenv("BERTH_K8S_IMAGE"), MemoryMB: 256, CPUs: 0.5, DiskMB: 512}
 	check, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -411,6 +477,11 @@ func TestCluster(t *testing.T) {
 		sc := pod.Spec.Containers[0].SecurityContext
 		if !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || sc.Capabilities.Drop[0] != "ALL" || *sc.RunAsUser != 1000 {
 			t.Errorf("the cluster stored a different security context: %+v", sc)
+		}
+		// The API server kept the disk limit, and the kubelet admitted the
+		// pod (it runs) with it.
+		if q := pod.Spec.Containers[0].Resources.Limits[corev1.ResourceEphemeralStorage]; q.Value() != 512<<20 {
+			t.Errorf("the cluster stored an ephemeral-storage limit of %s, want 512Mi", q.String())
 		}
 		if pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds != 300 {
 			t.Errorf("activeDeadlineSeconds %v", pod.Spec.ActiveDeadlineSeconds)
