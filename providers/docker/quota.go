@@ -120,7 +120,7 @@ rm -f "$f" /disk/type
 truncate -s "$1" "$f"
 if command -v mkfs.ext4 >/dev/null 2>&1; then
 	t=ext4
-	mkfs.ext4 -q -F -m 0 "$f" >&2
+	mkfs.ext4 -q -F -m 0 -J size=4 -E lazy_itable_init=1,lazy_journal_init=1 "$f" >&2
 else
 	t=ext2
 	mke2fs -F -m 0 "$f" >/dev/null
