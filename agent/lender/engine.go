@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/docker"
 )
 
 // Resource is one thing on the Docker engine carrying Berth's labels.
@@ -34,6 +35,9 @@ type Engine interface {
 // address.
 type DockerEngine struct {
 	cli *client.Client
+	// gc removes volumes the provider's way: a computer's disk volume
+	// gives its loop device back first (docker.Collector.RemoveVolume).
+	gc *docker.Collector
 }
 
 // NewDockerEngine returns an Engine for the engine at host
@@ -43,11 +47,19 @@ func NewDockerEngine(host string) (*DockerEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker engine %s: %w", host, err)
 	}
-	return &DockerEngine{cli: cli}, nil
+	gc, err := docker.NewCollector(host, nil, nil)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine %s: %w", host, err)
+	}
+	return &DockerEngine{cli: cli, gc: gc}, nil
 }
 
 // Close releases the engine's connections.
-func (e *DockerEngine) Close() error { return e.cli.Close() }
+func (e *DockerEngine) Close() error {
+	e.gc.Close()
+	return e.cli.Close()
+}
 
 // Resources implements Engine.
 func (e *DockerEngine) Resources(ctx context.Context, deployment string) ([]Resource, error) {
@@ -88,7 +100,7 @@ func (e *DockerEngine) Remove(ctx context.Context, kind, name string) error {
 	case control.KindContainer:
 		_, err = e.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 	case control.KindVolume:
-		_, err = e.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true})
+		err = e.gc.RemoveVolume(ctx, name)
 	case control.KindNetwork:
 		_, err = e.cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{})
 	default:
