@@ -26,6 +26,7 @@ func init() {
 type serverFlags struct {
 	listen, data, store, logLevel string
 	tlsCert, tlsKey               string
+	unguarded                     bool
 }
 
 func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
@@ -35,6 +36,7 @@ func (f *serverFlags) add(cmd *cobra.Command, listen, data string) {
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate file: serve the REST API over HTTPS (with --tls-key)")
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	cmd.Flags().BoolVar(&f.unguarded, "unguarded", false, "run Docker computers even when the host firewall cannot close this host to them (they can then reach every service it listens on)")
 }
 
 func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
@@ -64,7 +66,7 @@ func (f *serverFlags) options(cmd *cobra.Command) (daemon.Options, error) {
 	return daemon.Options{
 		Egress: daemon.EgressOptions{Listen: os.Getenv("EGRESS_LISTEN"), BlockedCIDRs: blocked, Abuse: abuse == "on"},
 		Listen: f.listen, DataDir: f.data, Store: f.store,
-		TLSCert: f.tlsCert, TLSKey: f.tlsKey,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey, Unguarded: f.unguarded,
 		Token:               os.Getenv("SUPERVISOR_TOKEN"),
 		ComputerTokenSecret: os.Getenv("COMPUTER_TOKEN_SECRET"),
 		Providers:           ids,

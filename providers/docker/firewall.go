@@ -42,6 +42,9 @@ func GuardHost(ctx context.Context, allowTCP ...int) error {
 			return fmt.Errorf("%w: %v", ErrNoFirewall, err)
 		}
 	}
+	if err := guardIPv6(ctx, drop); err != nil {
+		return err
+	}
 	for _, port := range allowTCP {
 		if err := UnguardPort(ctx, port); err != nil {
 			return err
@@ -154,6 +157,35 @@ func UnguardPort(ctx context.Context, port int) error {
 	return nil
 }
 
+// guardIPv6 drops everything computers send to the host over IPv6. Their
+// networks have no IPv6, but a bridge may still carry link-local
+// addresses; with IPv6 on in the host, a host without ip6tables cannot be
+// guarded.
+func guardIPv6(ctx context.Context, drop []string) error {
+	if _, err := exec.LookPath("ip6tables"); err != nil {
+		if b, rerr := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6"); rerr == nil && strings.TrimSpace(string(b)) == "1" {
+			return nil
+		}
+		if _, serr := os.Stat("/proc/net/if_inet6"); serr != nil {
+			return nil // no IPv6 in this kernel
+		}
+		return fmt.Errorf("%w: IPv6 is on and ip6tables is missing: %v", ErrNoFirewall, err)
+	}
+	run := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, "ip6tables", append([]string{"-w", "5"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip6tables %v: %v: %s", args, err, out)
+		}
+		return nil
+	}
+	if run(append([]string{"-C"}, drop...)...) != nil {
+		if err := run(append([]string{"-I", "INPUT", "1"}, drop[1:]...)...); err != nil {
+			return fmt.Errorf("%w: %v", ErrNoFirewall, err)
+		}
+	}
+	return nil
+}
+
 func iptables(ctx context.Context, args ...string) error {
 	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "5"}, args...)...).CombinedOutput()
 	if err != nil {
@@ -261,7 +293,11 @@ func BridgeIPv4() (netip.Addr, error) { return hostnet.BridgeIPv4() }
 // providers.HostGuard, with the rules above.
 
 // GuardHost implements providers.HostGuard: GuardHost(ctx, egressPort).
+// An egressPort of 0 (the proxy is off) opens nothing.
 func (*Docker) GuardHost(ctx context.Context, egressPort int) error {
+	if egressPort == 0 {
+		return GuardHost(ctx)
+	}
 	return GuardHost(ctx, egressPort)
 }
 

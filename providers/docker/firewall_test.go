@@ -31,7 +31,7 @@ func TestRemoveStaleOpenings(t *testing.T) {
 		return
 	}
 	const fix = `sudo env "PATH=$PATH" go test -count=1 -run TestRemoveStaleOpenings ./providers/docker/`
-	for _, tool := range []string{"ip", "iptables"} {
+	for _, tool := range []string{"ip", "iptables", "ip6tables"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testkit.Missing(t, testkit.NetnsEnv, tool+" is missing", "apt-get install -y iproute2 iptables, then "+fix)
 		}
@@ -112,6 +112,11 @@ func staleOpeningsInNetns(ctx context.Context, t *testing.T) {
 	}
 	if !strings.Contains(r, "computers may not reach the host") {
 		t.Error("the drop rule was removed")
+	}
+	// IPv6 is closed too.
+	if out, err := exec.CommandContext(ctx, "ip6tables", "-w", "5", "-S", "INPUT").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "-i "+BridgePrefix+"+") || !strings.Contains(string(out), "computers may not reach the host") {
+		t.Errorf("no IPv6 drop rule for computers: %v\n%s", err, out)
 	}
 	if closed, err := RemoveStaleOpenings(ctx); err != nil || len(closed) != 0 {
 		t.Errorf("second pass closed %v, %v", closed, err)

@@ -39,6 +39,10 @@ import (
 type Options struct {
 	// Listen is the API's address (default 127.0.0.1:8080).
 	Listen string
+	// Unguarded runs computers of providers with a host guard (docker) even
+	// when the guard cannot be installed (--unguarded): they can then reach
+	// every service this host listens on. Logged as an error at each start.
+	Unguarded bool
 	// TLSCert and TLSKey, both set, are the PEM certificate (chain) and
 	// private key files the API is served with over HTTPS (TLS 1.2 or
 	// later); both empty serves plain HTTP.
@@ -330,6 +334,30 @@ func (d *Daemon) lenderLister() providers.LenderLister {
 	return nil
 }
 
+// guardHost closes this host to the computers of every provider with a
+// host guard, but for the egress proxy's port (0: none). A guard that
+// cannot be installed stops the supervisor, unless Options.Unguarded.
+func (d *Daemon) guardHost(ctx context.Context, port int) error {
+	for _, g := range d.guards {
+		if err := g.GuardHost(ctx, port); err != nil {
+			if !d.opts.Unguarded {
+				return fmt.Errorf("cannot close this host to computers (%v): computers would reach every service it listens on. "+
+					"Run the supervisor as root with iptables and ip6tables installed, or pass --unguarded to run them anyway", err)
+			}
+			d.log.Error("UNGUARDED: computers can reach every service this host listens on (--unguarded)", "err", err)
+			continue
+		}
+		d.guarded = port
+		// A supervisor killed before Close left its opening behind.
+		if closed, err := g.RemoveStaleOpenings(ctx); err != nil {
+			d.log.Warn("could not remove stale egress openings from the host firewall", "err", err)
+		} else if len(closed) > 0 {
+			d.log.Info("removed stale egress openings from the host firewall", "ports", closed)
+		}
+	}
+	return nil
+}
+
 // listenEgress opens the egress proxy's listener and, with a provider
 // whose computers run on this host (a providers.HostGuard), closes every
 // other way from a computer to the host. It returns
@@ -338,7 +366,7 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	o := d.opts.Egress
 	if o.Listen == "off" {
 		d.log.Warn("egress proxy off: Docker computers have no way out")
-		return "", nil
+		return "", d.guardHost(ctx, 0)
 	}
 	addr := o.Listen
 	if addr == "" {
@@ -358,19 +386,8 @@ func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("EGRESS_LISTEN %s: %w", addr, err)
 	}
 	d.egressLn = ln
-	port := ln.Addr().(*net.TCPAddr).Port
-	for _, g := range d.guards {
-		if err := g.GuardHost(ctx, port); err != nil {
-			d.log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
-			continue
-		}
-		d.guarded = port
-		// A supervisor killed before Close left its opening behind.
-		if closed, err := g.RemoveStaleOpenings(ctx); err != nil {
-			d.log.Warn("could not remove stale egress openings from the host firewall", "err", err)
-		} else if len(closed) > 0 {
-			d.log.Info("removed stale egress openings from the host firewall", "ports", closed)
-		}
+	if err := d.guardHost(ctx, ln.Addr().(*net.TCPAddr).Port); err != nil {
+		return "", err
 	}
 	return ln.Addr().String(), nil
 }
