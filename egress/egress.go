@@ -114,6 +114,11 @@ type Config struct {
 	LookupTimeout time.Duration
 	// DialTimeout bounds one outbound connection attempt.
 	DialTimeout time.Duration
+	// BlockHost refuses every address of this host's own interfaces too,
+	// read again at most every 30 seconds. HostAddrs lists them (default:
+	// the interfaces' addresses); tests replace it.
+	BlockHost bool
+	HostAddrs func() ([]netip.Addr, error)
 	// MaxTunnelsPerComputer bounds the tunnels one computer holds open at
 	// once (default DefaultMaxTunnelsPerComputer); MaxTunnels bounds them
 	// in all (default DefaultMaxTunnels). A CONNECT past either is
@@ -229,6 +234,7 @@ type Proxy struct {
 	transport *http.Transport
 
 	slots tunnelSlots
+	host  *hostAddrs // nil unless Config.BlockHost
 
 	mu       sync.Mutex
 	verdicts map[Verdict]uint64
@@ -290,6 +296,12 @@ func New(cfg Config) (*Proxy, error) {
 		verdicts: map[Verdict]uint64{},
 		slots:    tunnelSlots{perComputer: cfg.MaxTunnelsPerComputer, total: cfg.MaxTunnels},
 	}
+	if cfg.BlockHost {
+		p.host = &hostAddrs{list: cfg.HostAddrs, clock: cfg.Clock}
+		if p.host.list == nil {
+			p.host.list = interfaceAddrs
+		}
+	}
 	p.errLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
 	p.transport = &http.Transport{
 		DialContext:            p.dialChecked,
@@ -301,6 +313,11 @@ func New(cfg Config) (*Proxy, error) {
 		DisableCompression:     true, // pass bodies through as they are
 	}
 	return p, nil
+}
+
+// blocked reports whether the proxy refuses to dial a.
+func (p *Proxy) blocked(a netip.Addr) bool {
+	return p.block.blocked(a) || (p.host != nil && p.host.has(a))
 }
 
 // Serve answers proxy requests on ln until ctx ends, then closes ln and
@@ -497,7 +514,7 @@ func proxyAuth(h string) (user, pass string, ok bool) {
 // refuses it (with the offending address, for the log only).
 func (p *Proxy) resolve(ctx context.Context, t target) (netip.Addr, Verdict, error) {
 	if t.addr.IsValid() {
-		if p.block.blocked(t.addr) {
+		if p.blocked(t.addr) {
 			return t.addr, VerdictBlockedAddress, nil
 		}
 		return t.addr.Unmap(), VerdictAllowed, nil
@@ -518,7 +535,7 @@ func (p *Proxy) resolve(ctx context.Context, t target) (netip.Addr, Verdict, err
 		return netip.Addr{}, VerdictDNSFailure, fmt.Errorf("resolve %s: no addresses", t.name)
 	}
 	for _, a := range addrs {
-		if p.block.blocked(a) {
+		if p.blocked(a) {
 			return a, VerdictBlockedAddress, nil
 		}
 	}
@@ -567,7 +584,7 @@ func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
 // else can be dialled through it.
 func (p *Proxy) dialChecked(ctx context.Context, _, addr string) (net.Conn, error) {
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || p.block.blocked(ap.Addr()) {
+	if err != nil || p.blocked(ap.Addr()) {
 		return nil, errors.New("egress: refusing to dial an unchecked address")
 	}
 	return p.dial(ctx, ap)

@@ -291,6 +291,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 			Dialer:       dialer,
 			BlockedCIDRs: o.Egress.BlockedCIDRs,
 			Abuse:        o.Egress.Abuse,
+			BlockHost:    true,
 			Logger:       o.Logger.With("component", "egress"),
 			OnEvent: func(ev egress.Event) {
 				o.Logger.Warn("egress refused", "event", ev.Type, "computer", ev.ComputerID, "host", ev.Host, "port", ev.Port, "verdict", ev.Verdict)
