@@ -74,6 +74,12 @@ type Options struct {
 	Docker docker.Options
 	// Image is the image kind, providers.ImageHeadless unless set.
 	Image string
+	// Unguarded starts the computer even when the host firewall cannot
+	// close this host to it (--unguarded); logged as an error.
+	Unguarded bool
+	// GuardHost closes this host to computers; nil is the docker
+	// provider's guard (iptables and ip6tables, no opening).
+	GuardHost func(context.Context) error
 	// LookPath finds cloudflared; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// Out receives the messages for the person running the command; nil
@@ -284,6 +290,18 @@ func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logg
 	d, err := docker.New(dopts)
 	if err != nil {
 		return providers.Machine{}, nil, err
+	}
+	guard := opts.GuardHost
+	if guard == nil {
+		guard = func(ctx context.Context) error { return d.GuardHost(ctx, 0) }
+	}
+	if err := guard(ctx); err != nil {
+		if !opts.Unguarded {
+			d.Close()
+			return providers.Machine{}, nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
+				"Run as root with iptables and ip6tables installed, or pass --unguarded to run it anyway", err)
+		}
+		log.Error("UNGUARDED: the computer can reach every service this host listens on (--unguarded)", "err", err)
 	}
 	id := "tunnel-" + randomHex(8)
 	spec := providers.Spec{

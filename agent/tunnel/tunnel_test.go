@@ -401,3 +401,37 @@ func TestQuickURL(t *testing.T) {
 		t.Errorf("found %q, want %q", got, want)
 	}
 }
+
+// TestGuardFailsClosed: when the host firewall cannot close this host to
+// the computer, no computer starts and nothing is left behind; with
+// --unguarded it starts.
+func TestGuardFailsClosed(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	cli := engine(t, ctx)
+	path := filepath.Join(t.TempDir(), "connection.json")
+	noCloudflared := func(string) (string, error) { return "", exec.ErrNotFound }
+	failing := func(context.Context) error { return errors.New("iptables: permission denied") }
+	before, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", providers.LabelDeployment+"=tunnel")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Run(ctx, Options{Lifetime: 8 * time.Second, ConnectionFile: path, LookPath: noCloudflared, GuardHost: failing})
+	if err == nil || !strings.Contains(err.Error(), "--unguarded") {
+		t.Fatalf("Run with a failing guard: %v, want a refusal naming --unguarded", err)
+	}
+	after, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", providers.LabelDeployment+"=tunnel")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Items) > len(before.Items) {
+		t.Errorf("a computer was made with the guard failing: %d containers before, %d after", len(before.Items), len(after.Items))
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("connection file written (stat: %v)", err)
+	}
+
+	r := start(t, ctx, Options{Lifetime: 8 * time.Second, ConnectionFile: path, LookPath: noCloudflared, GuardHost: failing, Unguarded: true})
+	info := r.ready(t, ctx)
+	r.wait(t, ctx)
+	requireGone(t, ctx, cli, path, info.MachineID)
+}

@@ -58,6 +58,7 @@ removed and the computer destroyed.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&lifetime, "lifetime", int(tunnel.DefaultLifetime/time.Second), "seconds the computer lives (60 to 86400)")
+	f.BoolVar(&opts.Unguarded, "unguarded", false, "start the computer even when the host firewall cannot close this host to it")
 	f.StringVar(&opts.ConnectionFile, "connection-file", "", "where to write the connection file (must not exist)")
 	f.StringVar(&opts.URL, "url", "", "a named tunnel's URL routed to --port (no quick tunnel is started)")
 	f.IntVar(&opts.Port, "port", 0, "the loopback port to serve the computer on (default: any free port)")
