@@ -87,6 +87,7 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
+	calls  *Calls     // idempotent tool calls (calls.go)
 	egress egressAuth // which computers may use the egress proxy (egressauth.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
@@ -129,10 +130,17 @@ func New(cfg Config) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = newID("i_")
 	}
-	return &Service{
+	s := &Service{
 		cfg: cfg, st: cfg.Store, clk: cfg.Clock, http: cfg.HTTPClient, instance: cfg.InstanceID,
 		log: cfg.Logger.With("component", "supervisor", "instance", cfg.InstanceID),
-	}, nil
+	}
+	s.calls = NewCalls(CallsOptions{Store: s.st, Clock: s.clk, Logger: s.log, Instance: s.instance})
+	return s, nil
+}
+
+// Idempotent runs a tool call once per (agent, key); see Calls.Idempotent.
+func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (Outcome, bool, error) {
+	return s.calls.Idempotent(ctx, agent, tool, key, req, run)
 }
 
 // Instance returns this supervisor's instance id.
