@@ -184,3 +184,8 @@ func (s *Calls) takeOver(ctx context.Context, c store.Call, run func(context.Con
 	}
 	return out, true, nil
 }
+
+// Idempotent runs a tool call once per (agent, key); see Calls.Idempotent.
+func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (Outcome, bool, error) {
+	return s.calls.Idempotent(ctx, agent, tool, key, req, run)
+}

@@ -87,8 +87,9 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	calls  *Calls     // idempotent tool calls (calls.go)
-	egress egressAuth // which computers may use the egress proxy (egressauth.go)
+	calls   *Calls     // idempotent tool calls (calls.go)
+	pairing *Pairing   // lenders' agents pairing (pairing.go)
+	egress  egressAuth // which computers may use the egress proxy (egressauth.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu
@@ -135,12 +136,8 @@ func New(cfg Config) (*Service, error) {
 		log: cfg.Logger.With("component", "supervisor", "instance", cfg.InstanceID),
 	}
 	s.calls = NewCalls(CallsOptions{Store: s.st, Clock: s.clk, Logger: s.log, Instance: s.instance})
+	s.pairing = NewPairing(PairingOptions{Store: s.st, Clock: s.clk, Logger: s.log, RelayURL: cfg.RelayURL})
 	return s, nil
-}
-
-// Idempotent runs a tool call once per (agent, key); see Calls.Idempotent.
-func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (Outcome, bool, error) {
-	return s.calls.Idempotent(ctx, agent, tool, key, req, run)
 }
 
 // Instance returns this supervisor's instance id.
