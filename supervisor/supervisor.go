@@ -87,9 +87,9 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	calls   *Calls     // idempotent tool calls (calls.go)
-	pairing *Pairing   // lenders' agents pairing (pairing.go)
-	egress  egressAuth // which computers may use the egress proxy (egressauth.go)
+	calls   *Calls      // idempotent tool calls (calls.go)
+	pairing *Pairing    // lenders' agents pairing (pairing.go)
+	egress  *EgressAuth // which computers may use the egress proxy (egressauth.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu
@@ -137,6 +137,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.calls = NewCalls(CallsOptions{Store: s.st, Clock: s.clk, Logger: s.log, Instance: s.instance})
 	s.pairing = NewPairing(PairingOptions{Store: s.st, Clock: s.clk, Logger: s.log, RelayURL: cfg.RelayURL})
+	s.egress = NewEgressAuth(EgressAuthOptions{Store: s.st, Clock: s.clk, Logger: s.log, Tokens: cfg.Tokens})
 	return s, nil
 }
 
