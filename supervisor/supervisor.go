@@ -98,7 +98,7 @@ type Service struct {
 	depMu      sync.Mutex
 	deployment string
 
-	pool warmPool // this instance's part of the warm pools (pool.go)
+	pool *Pool // this instance's part of the warm pools (pool.go)
 }
 
 // New checks cfg and returns a Service.
@@ -138,6 +138,10 @@ func New(cfg Config) (*Service, error) {
 	s.calls = NewCalls(CallsOptions{Store: s.st, Clock: s.clk, Logger: s.log, Instance: s.instance})
 	s.pairing = NewPairing(PairingOptions{Store: s.st, Clock: s.clk, Logger: s.log, RelayURL: cfg.RelayURL})
 	s.egress = NewEgressAuth(EgressAuthOptions{Store: s.st, Clock: s.clk, Logger: s.log, Tokens: cfg.Tokens})
+	s.pool = NewPool(PoolOptions{
+		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, HTTPClient: s.http,
+		Instance: s.instance, Deployment: s.Deployment, Machines: s.listMachines,
+	})
 	return s, nil
 }
 
