@@ -98,7 +98,8 @@ type Service struct {
 	depMu      sync.Mutex
 	deployment string
 
-	pool *Pool // this instance's part of the warm pools (pool.go)
+	pool       *Pool       // this instance's part of the warm pools (pool.go)
+	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
 }
 
 // New checks cfg and returns a Service.
@@ -141,6 +142,11 @@ func New(cfg Config) (*Service, error) {
 	s.pool = NewPool(PoolOptions{
 		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, HTTPClient: s.http,
 		Instance: s.instance, Deployment: s.Deployment, Machines: s.listMachines,
+	})
+	s.reconciler = NewReconciler(ReconcilerOptions{
+		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, Instance: s.instance,
+		Machines: s.listMachines, Accounts: s.credentialSets,
+		Claim: s.claim, End: s.endSession, Adopt: s.adopt,
 	})
 	return s, nil
 }
