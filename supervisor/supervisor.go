@@ -80,6 +80,9 @@ type Config struct {
 }
 
 // Service carries out the supervisor's operations; REST and MCP both call it.
+// It keeps agents, connections and sessions (their starts, ends, budgets
+// and tools) itself, and composes the parts that each do one other job,
+// each with its own state and what it needs passed in at New.
 type Service struct {
 	cfg  Config
 	st   store.Store
@@ -87,9 +90,11 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	calls   *Calls      // idempotent tool calls (calls.go)
-	pairing *Pairing    // lenders' agents pairing (pairing.go)
-	egress  *EgressAuth // which computers may use the egress proxy (egressauth.go)
+	calls      *Calls      // idempotent tool calls (calls.go)
+	pairing    *Pairing    // lenders' agents pairing (pairing.go)
+	egress     *EgressAuth // which computers may use the egress proxy (egressauth.go)
+	pool       *Pool       // this instance's part of the warm pools (pool.go)
+	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu
@@ -97,9 +102,6 @@ type Service struct {
 
 	depMu      sync.Mutex
 	deployment string
-
-	pool       *Pool       // this instance's part of the warm pools (pool.go)
-	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
 }
 
 // New checks cfg and returns a Service.
