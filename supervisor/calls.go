@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 	"unicode"
 
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -52,13 +54,38 @@ type Outcome struct {
 	Body   []byte
 }
 
+// CallsOptions are what Calls needs.
+type CallsOptions struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Instance is this supervisor's instance id: the owner of the calls it
+	// runs, whose heartbeat tells waiters on other instances it is alive.
+	Instance string
+}
+
+// Calls keeps the records of idempotent tool calls (Idempotency-Key): one
+// run per key, its outcome replayed to retries on any supervisor sharing
+// the store.
+type Calls struct {
+	st       store.Store
+	clk      clock.Clock
+	log      *slog.Logger
+	instance string
+}
+
+// NewCalls returns the call records of opts.Instance.
+func NewCalls(opts CallsOptions) *Calls {
+	return &Calls{st: opts.Store, clk: opts.Clock, log: opts.Logger, instance: opts.Instance}
+}
+
 // Idempotent runs a tool call once per (agent, key): the first call runs
 // run and stores its outcome; a retry with the same key and request gets
 // that outcome (replayed is set), waiting while the first is still
 // running. The same key with another request is a 409. When the instance
 // running the first call died, an exec is answered as uncertain and never
 // re-run; the other tools are safe to run again and are.
-func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (out Outcome, replayed bool, err error) {
+func (s *Calls) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (out Outcome, replayed bool, err error) {
 	if key == "" {
 		return run(ctx), false, nil
 	}
@@ -100,7 +127,7 @@ func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req a
 }
 
 // awaitCall waits for a pending call to finish and returns its outcome.
-func (s *Service) awaitCall(ctx context.Context, c store.Call, run func(context.Context) Outcome) (Outcome, bool, error) {
+func (s *Calls) awaitCall(ctx context.Context, c store.Call, run func(context.Context) Outcome) (Outcome, bool, error) {
 	deadline := time.Now().Add(maxCallWait)
 	wait := 5 * time.Millisecond
 	for {
@@ -133,7 +160,7 @@ func (s *Service) awaitCall(ctx context.Context, c store.Call, run func(context.
 }
 
 // takeOver settles a call whose supervisor died while running it.
-func (s *Service) takeOver(ctx context.Context, c store.Call, run func(context.Context) Outcome) (Outcome, bool, error) {
+func (s *Calls) takeOver(ctx context.Context, c store.Call, run func(context.Context) Outcome) (Outcome, bool, error) {
 	var out Outcome
 	if c.Tool == "exec" {
 		body, _ := json.Marshal(ExecResult{ExitCode: -1, Uncertain: true, Advice: UncertainAdvice})
@@ -156,4 +183,9 @@ func (s *Service) takeOver(ctx context.Context, c store.Call, run func(context.C
 		return Outcome{}, false, fmt.Errorf("settle lost call %s: %w", c.Key, err)
 	}
 	return out, true, nil
+}
+
+// Idempotent runs a tool call once per (agent, key); see Calls.Idempotent.
+func (s *Service) Idempotent(ctx context.Context, agent, tool, key string, req any, run func(context.Context) Outcome) (Outcome, bool, error) {
+	return s.calls.Idempotent(ctx, agent, tool, key, req, run)
 }

@@ -3,10 +3,13 @@ package supervisor
 import (
 	"context"
 	"crypto/subtle"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/supervisor/store"
 )
 
 // Egress proxy credentials are a computer id and that computer's egress
@@ -21,9 +24,29 @@ const (
 	egressAuthWait = 5 * time.Second
 )
 
-type egressAuth struct {
+// EgressAuthOptions are what EgressAuth needs.
+type EgressAuthOptions struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Tokens derives each computer's egress token.
+	Tokens *token.Deriver
+}
+
+// EgressAuth decides which computers may use the egress proxy.
+type EgressAuth struct {
+	st     store.Store
+	clk    clock.Clock
+	log    *slog.Logger
+	tokens *token.Deriver
+
 	mu   sync.Mutex
-	seen map[string]egressVerdict
+	seen map[string]egressVerdict // by computer id
+}
+
+// NewEgressAuth returns the egress proxy's check of opts.
+func NewEgressAuth(opts EgressAuthOptions) *EgressAuth {
+	return &EgressAuth{st: opts.Store, clk: opts.Clock, log: opts.Logger, tokens: opts.Tokens}
 }
 
 type egressVerdict struct {
@@ -31,22 +54,21 @@ type egressVerdict struct {
 	at   time.Time
 }
 
-// EgressAuth checks egress proxy credentials: the user is a computer id,
-// the password that computer's egress token, and the computer's session
-// must be live.
-func (s *Service) EgressAuth(user, pass string) (string, bool) {
-	want := s.cfg.Tokens.Derive(token.Egress, user)
+// Check checks egress proxy credentials: the user is a computer id, the
+// password that computer's egress token, and the computer's session must
+// be live.
+func (a *EgressAuth) Check(user, pass string) (string, bool) {
+	want := a.tokens.Derive(token.Egress, user)
 	if user == "" || subtle.ConstantTimeCompare([]byte(pass), []byte(want)) != 1 {
 		return user, false
 	}
-	return user, s.computerLive(user)
+	return user, a.computerLive(user)
 }
 
 // computerLive reports whether computerID's session is live, from the
 // store at most once per egressAuthTTL. A store that cannot answer is a no.
-func (s *Service) computerLive(computerID string) bool {
-	now := s.clk.Now()
-	a := &s.egress
+func (a *EgressAuth) computerLive(computerID string) bool {
+	now := a.clk.Now()
 	a.mu.Lock()
 	v, ok := a.seen[computerID]
 	a.mu.Unlock()
@@ -55,10 +77,10 @@ func (s *Service) computerLive(computerID string) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), egressAuthWait)
 	defer cancel()
-	_, err := s.st.LiveComputer(ctx, computerID)
+	_, err := a.st.LiveComputer(ctx, computerID)
 	live := err == nil
 	if err != nil && ctx.Err() != nil {
-		s.log.Warn("egress proxy: the store did not answer whether a computer is live", "computer", computerID, "err", err)
+		a.log.Warn("egress proxy: the store did not answer whether a computer is live", "computer", computerID, "err", err)
 	}
 	a.mu.Lock()
 	if a.seen == nil || len(a.seen) >= egressAuthMax {
@@ -68,3 +90,6 @@ func (s *Service) computerLive(computerID string) bool {
 	a.mu.Unlock()
 	return live
 }
+
+// EgressAuth checks egress proxy credentials; see EgressAuth.Check.
+func (s *Service) EgressAuth(user, pass string) (string, bool) { return s.egress.Check(user, pass) }

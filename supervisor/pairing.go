@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -45,10 +47,35 @@ type PairRequest = api.PairRequest
 // it authenticates with, shown once.
 type Paired = api.Paired
 
+// PairingOptions are what Pairing needs.
+type PairingOptions struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// RelayURL is given to each agent that pairs (empty when no relay is
+	// configured).
+	RelayURL string
+}
+
+// Pairing pairs lenders' agents (SPEC section 9): it makes one-time
+// pairing codes, redeems them for companion tokens, and authenticates
+// those tokens.
+type Pairing struct {
+	st       store.Store
+	clk      clock.Clock
+	log      *slog.Logger
+	relayURL string
+}
+
+// NewPairing returns the pairing of opts.
+func NewPairing(opts PairingOptions) *Pairing {
+	return &Pairing{st: opts.Store, clk: opts.Clock, log: opts.Logger, relayURL: opts.RelayURL}
+}
+
 // CreatePairCode makes a one-time pairing code that a lender's agent
 // exchanges for a token with Pair, within PairCodeTTL. Only the code's hash
 // is stored.
-func (s *Service) CreatePairCode(ctx context.Context, r CreatePairCodeRequest) (PairCode, error) {
+func (s *Pairing) CreatePairCode(ctx context.Context, r CreatePairCodeRequest) (PairCode, error) {
 	name, err := companionName(r.Name)
 	if err != nil {
 		return PairCode{}, err
@@ -68,7 +95,7 @@ func (s *Service) CreatePairCode(ctx context.Context, r CreatePairCodeRequest) (
 
 // Pair redeems a pairing code once: it registers a companion agent and
 // returns its id and a fresh token, of which only the hash is stored.
-func (s *Service) Pair(ctx context.Context, r PairRequest) (Paired, error) {
+func (s *Pairing) Pair(ctx context.Context, r PairRequest) (Paired, error) {
 	code := normalizePairCode(r.Code)
 	if code == "" {
 		return Paired{}, badRequest("code: required")
@@ -99,12 +126,12 @@ func (s *Service) Pair(ctx context.Context, r PairRequest) (Paired, error) {
 		return Paired{}, fmt.Errorf("pair: %w", err)
 	}
 	s.log.Info("companion paired", "agent", c.ID, "name", c.Name)
-	return Paired{AgentID: c.ID, Token: tok, RelayURL: s.cfg.RelayURL}, nil
+	return Paired{AgentID: c.ID, Token: tok, RelayURL: s.relayURL}, nil
 }
 
 // AuthenticateCompanion returns the companion agent whose token tok is; a
 // wrong token is refused (401) and logged without the token.
-func (s *Service) AuthenticateCompanion(ctx context.Context, tok string) (store.Companion, error) {
+func (s *Pairing) AuthenticateCompanion(ctx context.Context, tok string) (store.Companion, error) {
 	c, err := s.st.CompanionByTokenHash(ctx, token.Hash(tok))
 	if errors.Is(err, store.ErrNotFound) {
 		s.log.Warn("companion token refused")
@@ -165,4 +192,20 @@ func normalizePairCode(code string) string {
 		}
 		return r
 	}, code)
+}
+
+// CreatePairCode makes a one-time pairing code; see Pairing.CreatePairCode.
+func (s *Service) CreatePairCode(ctx context.Context, r CreatePairCodeRequest) (PairCode, error) {
+	return s.pairing.CreatePairCode(ctx, r)
+}
+
+// Pair redeems a pairing code once; see Pairing.Pair.
+func (s *Service) Pair(ctx context.Context, r PairRequest) (Paired, error) {
+	return s.pairing.Pair(ctx, r)
+}
+
+// AuthenticateCompanion returns the companion agent whose token tok is;
+// see Pairing.AuthenticateCompanion.
+func (s *Service) AuthenticateCompanion(ctx context.Context, tok string) (store.Companion, error) {
+	return s.pairing.AuthenticateCompanion(ctx, tok)
 }

@@ -3,10 +3,13 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/internal/warmpool"
 	"github.com/berthdev/berth/providers"
@@ -40,25 +43,60 @@ type PoolStats struct {
 	Claimed  int64 // claimed by starts since this supervisor started
 }
 
-// warmPool is this supervisor's part of the warm pools: one pool per
-// provider that keeps one, and the bind secrets of the computers it made
-// (only ever in this process's memory). The store records the members
-// themselves.
-type warmPool struct {
+// PoolOptions are what a Pool needs.
+type PoolOptions struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Providers are the configured providers by id; those that are Poolers
+	// get a warm pool.
+	Providers map[string]providers.Provider
+	// HTTPClient reaches the pool computers' daemons.
+	HTTPClient *http.Client
+	// Instance is this supervisor's instance id, the owner of the
+	// computers its pools make.
+	Instance string
+	// Deployment returns the deployment id each pool computer is labelled
+	// with.
+	Deployment func(context.Context) (string, error)
+	// Machines lists a provider's machines of this deployment.
+	Machines func(ctx context.Context, provider string) ([]providers.Machine, error)
+}
+
+// Pool is this supervisor's part of the warm pools: one pool per provider
+// that keeps one, and the bind secrets of the computers it made (only ever
+// in this process's memory). The store records the members themselves.
+type Pool struct {
+	st         store.Store
+	clk        clock.Clock
+	log        *slog.Logger
+	providers  map[string]providers.Provider
+	http       *http.Client
+	instance   string
+	deployment func(context.Context) (string, error)
+	machines   func(ctx context.Context, provider string) ([]providers.Machine, error)
+
 	once    sync.Once
 	mu      sync.Mutex        // guards secrets and the pools' state
 	secrets map[string]string // computer id -> bind secret
 	pools   map[string]*warmpool.Pool[store.PoolMember]
 }
 
+// NewPool returns the warm pools of opts; each is made on first use.
+func NewPool(opts PoolOptions) *Pool {
+	return &Pool{
+		st: opts.Store, clk: opts.Clock, log: opts.Logger, providers: opts.Providers, http: opts.HTTPClient,
+		instance: opts.Instance, deployment: opts.Deployment, machines: opts.Machines,
+	}
+}
+
 // warmPools returns the warm pools by provider, made on first use.
-func (s *Service) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
-	w := &s.pool
+func (w *Pool) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
 	w.once.Do(func() {
 		pools := map[string]*warmpool.Pool[store.PoolMember]{}
-		for id, p := range s.cfg.Providers {
+		for id, p := range w.providers {
 			if pl, ok := p.(Pooler); ok {
-				pools[id] = s.newWarmPool(id, pl)
+				pools[id] = w.newWarmPool(id, pl)
 			}
 		}
 		w.mu.Lock()
@@ -70,29 +108,29 @@ func (s *Service) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
 
 // newWarmPool is the warm pool of provider id: its members wait in the
 // store until a start claims one there.
-func (s *Service) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember] {
+func (w *Pool) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember] {
 	return warmpool.New(warmpool.Config[store.PoolMember]{
-		Clock: s.clk, Logger: s.log.With("provider", id), Locker: &s.pool.mu, MaxWait: providers.PoolMaxWait,
+		Clock: w.clk, Logger: w.log.With("provider", id), Locker: &w.mu, MaxWait: providers.PoolMaxWait,
 		Ready:   func() bool { return pl.PoolSize() > 0 },
 		MemInfo: pl.MemInfo,
 		Target: func(time.Time, warmpool.Stats) (int, int) {
 			return pl.PoolSize(), warmpool.Unlimited
 		},
-		Create: func(ctx context.Context) (store.PoolMember, error) { return s.createPooled(ctx, id, pl) },
+		Create: func(ctx context.Context) (store.PoolMember, error) { return w.create(ctx, id, pl) },
 		Accept: func(m store.PoolMember, _ warmpool.Stats) warmpool.Verdict {
-			if _, ok := s.pool.secrets[m.ComputerID]; !ok {
+			if _, ok := w.secrets[m.ComputerID]; !ok {
 				return warmpool.Taken // claimed as soon as the store offered it
 			}
 			return warmpool.Keep
 		},
-		Remove: func(ctx context.Context, m store.PoolMember, _ string) bool { return s.removeWaiting(ctx, id, m) },
+		Remove: func(ctx context.Context, m store.PoolMember, _ string) bool { return w.removeWaiting(ctx, id, m) },
 		ID:     func(m store.PoolMember) string { return m.ComputerID },
 		Made:   func(m store.PoolMember) time.Time { return m.CreatedAt },
 	})
 }
 
 // poke asks every warm pool for a pass.
-func (w *warmPool) poke() {
+func (w *Pool) poke() {
 	w.mu.Lock()
 	pools := w.pools
 	w.mu.Unlock()
@@ -101,23 +139,23 @@ func (w *warmPool) poke() {
 	}
 }
 
-// takePooled removes a claimed member's secret from the pool and returns it.
-func (s *Service) takePooled(provider, computerID string) (string, bool) {
-	pools := s.warmPools()
-	s.pool.mu.Lock()
-	secret, ok := s.pool.secrets[computerID]
-	delete(s.pool.secrets, computerID)
-	s.pool.mu.Unlock()
+// take removes a claimed member's secret from the pool and returns it.
+func (w *Pool) take(provider, computerID string) (string, bool) {
+	pools := w.warmPools()
+	w.mu.Lock()
+	secret, ok := w.secrets[computerID]
+	delete(w.secrets, computerID)
+	w.mu.Unlock()
 	if p := pools[provider]; ok && p != nil {
 		p.Claimed(computerID)
 	}
 	return secret, ok
 }
 
-// PoolStats reports this supervisor's warm pools.
-func (s *Service) PoolStats() PoolStats {
+// Stats reports this supervisor's warm pools.
+func (w *Pool) Stats() PoolStats {
 	var st PoolStats
-	for _, p := range s.warmPools() {
+	for _, p := range w.warmPools() {
 		ps := p.Stats()
 		st.Waiting += ps.Waiting
 		st.Creating += ps.Creating
@@ -126,97 +164,57 @@ func (s *Service) PoolStats() PoolStats {
 	return st
 }
 
-// poolOwner is the PoolOwner of a reservation for connection c: this
+// owner is the PoolOwner of a reservation for connection c: this
 // instance when c's provider keeps a warm pool of c's image.
-func (s *Service) poolOwner(c store.Connection) string {
-	pl, ok := s.cfg.Providers[c.Provider].(Pooler)
+func (w *Pool) owner(c store.Connection) string {
+	pl, ok := w.providers[c.Provider].(Pooler)
 	if !ok || pl.PoolSize() <= 0 || (c.Image != "" && c.Image != providers.ImageHeadless) {
 		return ""
 	}
-	return s.instance
+	return w.instance
 }
 
-// bindPooled binds the pool computer that the reservation x claimed to x:
-// the session's token hash and the computer's environment, in one call
-// with the bind secret. It returns false when the computer could not be
-// bound; it is then being destroyed and x has ended without a charge.
-func (s *Service) bindPooled(ctx context.Context, x *store.Session) bool {
-	defer s.pool.poke()
-	log := s.log.With("agent", x.AgentID, "session", x.ID, "computer", x.ComputerID)
-	secret, ok := s.takePooled(x.Provider, x.ComputerID)
-	err := errors.New("its bind secret is not in this supervisor")
-	if ok {
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)
-		c := computerd.NewClient(x.Endpoint, secret, computerd.WithHTTPClient(s.http))
-		_, err = c.Bind(bctx, computerd.BindRequest{
-			TokenHash: token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
-			Env:       s.computerEnv(x.Provider, x.ComputerID),
-		})
-		cancel()
-	}
-	if err == nil {
-		y := *x
-		y.State = store.StateRunning
-		if err = s.st.UpdateSession(context.WithoutCancel(ctx), y, x.State); err == nil {
-			*x = y
-			log.Info("started from the warm pool", "machine", x.MachineID, "reserved", x.ReservedSeconds)
-			return true
-		}
-	}
-	log.Warn("bind of a pooled computer failed; removing it", "machine", x.MachineID, "err", err)
-	y := *x
-	y.State = store.StateStopping
-	y.EndedAt = s.clk.Now()
-	y.ChargedSeconds = 0
-	y.NextCleanupAt = s.clk.Now().Add(reapClaim)
-	y.LastError = "bind of a pooled computer failed: " + err.Error()
-	if uerr := s.st.UpdateSession(context.WithoutCancel(ctx), y, x.State); uerr == nil {
-		s.cleanup(context.WithoutCancel(ctx), y)
-	}
-	return false
-}
-
-// forgetPooled removes the pool record of a destroyed computer, if it was one.
-func (s *Service) forgetPooled(ctx context.Context, x store.Session) {
-	if _, ok := s.cfg.Providers[x.Provider].(Pooler); !ok {
+// forget removes the pool record of a destroyed computer, if it was one.
+func (w *Pool) forget(ctx context.Context, x store.Session) {
+	if _, ok := w.providers[x.Provider].(Pooler); !ok {
 		return
 	}
-	if err := s.st.DeletePoolMember(ctx, x.ComputerID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Warn("forget pool member", "computer", x.ComputerID, "err", err)
+	if err := w.st.DeletePoolMember(ctx, x.ComputerID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+		w.log.Warn("forget pool member", "computer", x.ComputerID, "err", err)
 	}
 }
 
-// RunPool keeps the warm pools filled and collects what pools of dead
+// Run keeps the warm pools filled and collects what pools of dead
 // supervisors left until ctx ends, then waits for the creates in flight.
-// DrainPool removes what is left waiting.
-func (s *Service) RunPool(ctx context.Context) {
+// Drain removes what is left waiting.
+func (w *Pool) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, p := range s.warmPools() {
+	for _, p := range w.warmPools() {
 		wg.Go(func() { p.Run(ctx) })
 	}
 	wg.Go(func() {
 		for {
-			s.collectPools(ctx)
+			w.collect(ctx)
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.clk.After(poolCollectEvery):
+			case <-w.clk.After(poolCollectEvery):
 			}
 		}
 	})
 	wg.Wait()
 }
 
-// createPooled makes one pool computer: recorded first (so that nothing of
+// create makes one pool computer: recorded first (so that nothing of
 // it is ever unaccounted for), created, waited for, then offered; its pool
 // keeps it unless a start claimed it at once. A create
 // is never cut short (the engine may finish what it was asked after the
-// caller gave up): at shutdown RunPool waits for it, and DrainPool removes
+// caller gave up): at shutdown Run waits for it, and Drain removes
 // the computer.
-func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) (store.PoolMember, error) {
+func (w *Pool) create(ctx context.Context, provider string, pl Pooler) (store.PoolMember, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
-	dep, err := s.Deployment(ctx)
+	dep, err := w.deployment(ctx)
 	if err != nil {
 		return store.PoolMember{}, err
 	}
@@ -226,10 +224,10 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 	}
 	m := store.PoolMember{
 		ComputerID: newID("p"), Provider: provider, Image: providers.ImageHeadless, AttemptID: newID("a_"),
-		Owner: s.instance, State: store.PoolCreating, CreatedAt: s.clk.Now().UTC(),
+		Owner: w.instance, State: store.PoolCreating, CreatedAt: w.clk.Now().UTC(),
 	}
-	log := s.log.With("provider", provider, "computer", m.ComputerID)
-	if err := s.st.AddPoolMember(ctx, m); err != nil {
+	log := w.log.With("provider", provider, "computer", m.ComputerID)
+	if err := w.st.AddPoolMember(ctx, m); err != nil {
 		log.Warn("warm pool: record a new computer", "err", err)
 		return store.PoolMember{}, err
 	}
@@ -237,12 +235,12 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
 		if machineID != "" {
-			if err := s.cfg.Providers[provider].Destroy(cctx, machineID); err != nil && !errors.Is(err, providers.ErrNotFound) {
+			if err := w.providers[provider].Destroy(cctx, machineID); err != nil && !errors.Is(err, providers.ErrNotFound) {
 				log.Warn("warm pool: remove a computer that did not come up", "err", err)
 				return // the record stays, so the collector retries
 			}
 		}
-		s.st.DeletePoolMember(cctx, m.ComputerID, "")
+		w.st.DeletePoolMember(cctx, m.ComputerID, "")
 	}
 	mach, err := pl.CreatePooled(ctx, providers.Spec{
 		ComputerID: m.ComputerID, AttemptID: m.AttemptID, Deployment: dep, Image: providers.ImageHeadless,
@@ -254,7 +252,7 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 		forget("")
 		return store.PoolMember{}, err
 	}
-	if err := s.waitPooled(ctx, mach.Endpoint); err != nil {
+	if err := w.waitReady(ctx, mach.Endpoint); err != nil {
 		if ctx.Err() == nil {
 			log.Warn("warm pool: computer did not become ready", "machine", mach.ID, "err", err)
 		}
@@ -263,57 +261,57 @@ func (s *Service) createPooled(ctx context.Context, provider string, pl Pooler) 
 	}
 	m.MachineID, m.Endpoint, m.State = mach.ID, mach.Endpoint, store.PoolWaiting
 	// The secret is in place before the store offers the computer.
-	s.pool.mu.Lock()
-	s.pool.secrets[m.ComputerID] = secret
-	s.pool.mu.Unlock()
-	if err := s.st.UpdatePoolMember(context.WithoutCancel(ctx), m, store.PoolCreating); err != nil {
+	w.mu.Lock()
+	w.secrets[m.ComputerID] = secret
+	w.mu.Unlock()
+	if err := w.st.UpdatePoolMember(context.WithoutCancel(ctx), m, store.PoolCreating); err != nil {
 		log.Warn("warm pool: offer a computer", "err", err)
-		s.pool.mu.Lock()
-		delete(s.pool.secrets, m.ComputerID)
-		s.pool.mu.Unlock()
+		w.mu.Lock()
+		delete(w.secrets, m.ComputerID)
+		w.mu.Unlock()
 		forget(mach.ID)
 		return store.PoolMember{}, err
 	}
 	return m, nil
 }
 
-// waitPooled waits for a pool computer's daemon to answer its health check.
-func (s *Service) waitPooled(ctx context.Context, endpoint string) error {
+// waitReady waits for a pool computer's daemon to answer its health check.
+func (w *Pool) waitReady(ctx context.Context, endpoint string) error {
 	ctx, cancel := context.WithTimeout(ctx, poolReadyTimeout)
 	defer cancel()
-	return computerd.NewClient(endpoint, "", computerd.WithHTTPClient(s.http)).WaitHealthy(ctx)
+	return computerd.NewClient(endpoint, "", computerd.WithHTTPClient(w.http)).WaitHealthy(ctx)
 }
 
 // removeWaiting takes a waiting member out of the store (so no start can
 // claim it) and destroys it.
-func (s *Service) removeWaiting(ctx context.Context, provider string, m store.PoolMember) bool {
-	if err := s.st.DeletePoolMember(ctx, m.ComputerID, store.PoolWaiting); err != nil {
+func (w *Pool) removeWaiting(ctx context.Context, provider string, m store.PoolMember) bool {
+	if err := w.st.DeletePoolMember(ctx, m.ComputerID, store.PoolWaiting); err != nil {
 		return false // claimed meanwhile, or gone
 	}
-	s.pool.mu.Lock()
-	delete(s.pool.secrets, m.ComputerID)
-	s.pool.mu.Unlock()
-	p, ok := s.cfg.Providers[provider]
+	w.mu.Lock()
+	delete(w.secrets, m.ComputerID)
+	w.mu.Unlock()
+	p, ok := w.providers[provider]
 	if !ok || m.MachineID == "" {
 		return true
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	if err := p.Destroy(dctx, m.MachineID); err != nil && !errors.Is(err, providers.ErrNotFound) {
-		s.log.Warn("warm pool: remove a waiting computer", "machine", m.MachineID, "err", err)
+		w.log.Warn("warm pool: remove a waiting computer", "machine", m.MachineID, "err", err)
 	}
 	return true
 }
 
-// DrainPool removes the computers waiting in this supervisor's pools; a
-// supervisor calls it when it shuts down, after RunPool has returned.
-func (s *Service) DrainPool(ctx context.Context) int {
+// Drain removes the computers waiting in this supervisor's pools; a
+// supervisor calls it when it shuts down, after Run has returned.
+func (w *Pool) Drain(ctx context.Context) int {
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
 		n  int
 	)
-	for _, p := range s.warmPools() {
+	for _, p := range w.warmPools() {
 		wg.Go(func() {
 			k := p.Drain(ctx, "the supervisor is shutting down")
 			mu.Lock()
@@ -323,23 +321,23 @@ func (s *Service) DrainPool(ctx context.Context) int {
 	}
 	wg.Wait()
 	if n > 0 {
-		s.log.Info("warm pool: removed the waiting computers", "n", n)
+		w.log.Info("warm pool: removed the waiting computers", "n", n)
 	}
 	return n
 }
 
-// collectPools removes what pools of dead supervisors left: members still
+// collect removes what pools of dead supervisors left: members still
 // creating or waiting whose owner no longer beats (nobody holds their bind
 // secret), and pool machines of this deployment that no record accounts
 // for. Claimed members belong to their sessions.
-func (s *Service) collectPools(ctx context.Context) {
-	members, err := s.st.PoolMembers(ctx)
+func (w *Pool) collect(ctx context.Context) {
+	members, err := w.st.PoolMembers(ctx)
 	if err != nil {
 		return
 	}
-	now := s.clk.Now()
+	now := w.clk.Now()
 	known := map[string]store.PoolMember{}
-	alive := map[string]bool{s.instance: true}
+	alive := map[string]bool{w.instance: true}
 	for _, m := range members {
 		known[m.ComputerID] = m
 		if m.State == store.PoolClaimed {
@@ -347,7 +345,7 @@ func (s *Service) collectPools(ctx context.Context) {
 		}
 		ok, seen := alive[m.Owner]
 		if !seen {
-			ok, err = s.st.InstanceAlive(ctx, m.Owner, now.Add(-InstanceTTL))
+			ok, err = w.st.InstanceAlive(ctx, m.Owner, now.Add(-InstanceTTL))
 			if err != nil {
 				continue
 			}
@@ -356,18 +354,18 @@ func (s *Service) collectPools(ctx context.Context) {
 		if ok {
 			continue
 		}
-		s.log.Info("warm pool: removing a computer of a supervisor that is gone", "computer", m.ComputerID, "owner", m.Owner)
+		w.log.Info("warm pool: removing a computer of a supervisor that is gone", "computer", m.ComputerID, "owner", m.Owner)
 		if m.State == store.PoolWaiting {
-			s.removeWaiting(ctx, m.Provider, m)
+			w.removeWaiting(ctx, m.Provider, m)
 		} else if m.MachineID == "" {
-			s.st.DeletePoolMember(ctx, m.ComputerID, store.PoolCreating)
+			w.st.DeletePoolMember(ctx, m.ComputerID, store.PoolCreating)
 		}
 	}
-	for id, p := range s.cfg.Providers {
+	for id, p := range w.providers {
 		if pl, ok := p.(Pooler); !ok || pl.PoolSize() <= 0 {
 			continue
 		}
-		ms, err := s.listMachines(ctx, id)
+		ms, err := w.machines(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -376,19 +374,29 @@ func (s *Service) collectPools(ctx context.Context) {
 				continue
 			}
 			cid := mach.Labels[providers.LabelComputer]
-			if m, ok := known[cid]; ok && (m.State == store.PoolClaimed || alive[m.Owner] || m.Owner == s.instance) {
+			if m, ok := known[cid]; ok && (m.State == store.PoolClaimed || alive[m.Owner] || m.Owner == w.instance) {
 				continue
 			}
 			if _, ok := known[cid]; !ok {
 				// Made after the members were read? Check again.
-				if _, err := s.st.GetPoolMember(ctx, cid); !errors.Is(err, store.ErrNotFound) {
+				if _, err := w.st.GetPoolMember(ctx, cid); !errors.Is(err, store.ErrNotFound) {
 					continue
 				}
 			}
-			s.log.Info("warm pool: removing a pool computer no supervisor accounts for", "machine", mach.ID)
+			w.log.Info("warm pool: removing a pool computer no supervisor accounts for", "machine", mach.ID)
 			if err := p.Destroy(ctx, mach.ID); err == nil {
-				s.st.DeletePoolMember(ctx, cid, "")
+				w.st.DeletePoolMember(ctx, cid, "")
 			}
 		}
 	}
 }
+
+// PoolStats reports this supervisor's warm pools; see Pool.Stats.
+func (s *Service) PoolStats() PoolStats { return s.pool.Stats() }
+
+// RunPool keeps the warm pools filled until ctx ends; see Pool.Run.
+func (s *Service) RunPool(ctx context.Context) { s.pool.Run(ctx) }
+
+// DrainPool removes the computers waiting in this supervisor's pools; see
+// Pool.Drain.
+func (s *Service) DrainPool(ctx context.Context) int { return s.pool.Drain(ctx) }

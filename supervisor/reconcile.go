@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -35,14 +37,61 @@ func (r *ReconcileReport) add(o ReconcileReport) {
 	r.Unfinished = append(r.Unfinished, o.Unfinished...)
 }
 
+// ReconcilerOptions are what a Reconciler needs.
+type ReconcilerOptions struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Providers are the configured providers by id; those that are
+	// providers.Listers are reconciled.
+	Providers map[string]providers.Provider
+	// Instance is this supervisor's instance id.
+	Instance string
+	// Machines lists a provider's machines of this deployment.
+	Machines func(ctx context.Context, provider string) ([]providers.Machine, error)
+	// Accounts returns one context per set of credentials in use with a
+	// provider, so that every account is listed.
+	Accounts func(ctx context.Context, provider string) []context.Context
+	// Claim takes a session for d; it is false while another instance
+	// holds it.
+	Claim func(ctx context.Context, x store.Session, d time.Duration) bool
+	// End ends a running session and removes its machine.
+	End func(ctx context.Context, x store.Session, reason string) store.Session
+	// Adopt binds machine m to the uncertain session x and waits for it.
+	Adopt func(ctx context.Context, x *store.Session, m providers.Machine) error
+}
+
+// Reconciler matches the machines the providers list to the sessions in
+// the store, after a crash or a restart.
+type Reconciler struct {
+	st        store.Store
+	clk       clock.Clock
+	log       *slog.Logger
+	providers map[string]providers.Provider
+	instance  string
+	machines  func(ctx context.Context, provider string) ([]providers.Machine, error)
+	accounts  func(ctx context.Context, provider string) []context.Context
+	claim     func(ctx context.Context, x store.Session, d time.Duration) bool
+	end       func(ctx context.Context, x store.Session, reason string) store.Session
+	adopt     func(ctx context.Context, x *store.Session, m providers.Machine) error
+}
+
+// NewReconciler returns the reconciler of opts.
+func NewReconciler(opts ReconcilerOptions) *Reconciler {
+	return &Reconciler{
+		st: opts.Store, clk: opts.Clock, log: opts.Logger, providers: opts.Providers, instance: opts.Instance,
+		machines: opts.Machines, accounts: opts.Accounts, claim: opts.Claim, end: opts.End, adopt: opts.Adopt,
+	}
+}
+
 // Reconcile matches every machine the providers list with this
 // deployment's labels to a session: a machine of a live session is kept
 // (or adopted when the session lost it), a machine of an ended or unknown
 // session is destroyed, and a running session whose machine is gone is
 // ended. It runs at start, after a crash or restart; the providers it
 // could not finish are in the report's Unfinished, for RetryReconcile.
-func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
-	return s.reconcile(ctx, slices.Sorted(maps.Keys(s.cfg.Providers)))
+func (r *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	return r.reconcile(ctx, slices.Sorted(maps.Keys(r.providers)))
 }
 
 // Reconcile retries: the first comes reconcileRetryFirst after the pass
@@ -55,13 +104,13 @@ const (
 	reconcileWarnAfter  = 5
 )
 
-// RetryReconcile reconciles the providers named in unfinished again, with
+// Retry reconciles the providers named in unfinished again, with
 // a growing wait between passes, until every one of them has finished a
 // pass or ctx ends. A provider that was unreachable at start (a lender not
 // yet connected, a hosted API that answered 503) is matched once it
 // answers, so that its leftovers are removed then and not at the next
 // restart.
-func (s *Service) RetryReconcile(ctx context.Context, unfinished []string) {
+func (r *Reconciler) Retry(ctx context.Context, unfinished []string) {
 	failures := map[string]int{}
 	for _, id := range unfinished {
 		failures[id] = 1
@@ -71,9 +120,9 @@ func (s *Service) RetryReconcile(ctx context.Context, unfinished []string) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.clk.After(wait):
+		case <-r.clk.After(wait):
 		}
-		rep, err := s.reconcile(ctx, unfinished)
+		rep, err := r.reconcile(ctx, unfinished)
 		if ctx.Err() != nil {
 			return
 		}
@@ -81,56 +130,56 @@ func (s *Service) RetryReconcile(ctx context.Context, unfinished []string) {
 		for _, id := range rep.Unfinished {
 			failures[id]++
 			if failures[id] == reconcileWarnAfter {
-				s.log.Warn("reconcile: a provider keeps failing; still trying", "provider", id, "passes", failures[id], "err", err)
+				r.log.Warn("reconcile: a provider keeps failing; still trying", "provider", id, "passes", failures[id], "err", err)
 			}
 		}
 		if len(rep.Unfinished) > 0 {
-			s.log.Info("reconcile: trying again", "providers", rep.Unfinished, "in", wait, "err", err)
+			r.log.Info("reconcile: trying again", "providers", rep.Unfinished, "in", wait, "err", err)
 		}
 		unfinished = rep.Unfinished
 	}
 }
 
 // reconcile runs one pass over the providers named in ids.
-func (s *Service) reconcile(ctx context.Context, ids []string) (ReconcileReport, error) {
+func (r *Reconciler) reconcile(ctx context.Context, ids []string) (ReconcileReport, error) {
 	var rep ReconcileReport
 	// Sessions first: a machine created after this read belongs to a start
 	// in progress and is left alone.
-	running, err := s.st.SessionsByState(ctx, store.StateRunning)
+	running, err := r.st.SessionsByState(ctx, store.StateRunning)
 	if err != nil {
 		return ReconcileReport{Unfinished: ids}, err
 	}
 	var errs []error
 	for _, id := range ids {
-		p, ok := s.cfg.Providers[id]
+		p, ok := r.providers[id]
 		if !ok {
 			continue
 		}
 		if _, ok := p.(providers.Lister); !ok {
 			continue
 		}
-		pr, err := s.reconcileProvider(ctx, id, p, running)
+		pr, err := r.reconcileProvider(ctx, id, p, running)
 		rep.add(pr)
 		if err != nil {
 			rep.Unfinished = append(rep.Unfinished, id)
 			errs = append(errs, fmt.Errorf("%s: %w", id, err))
 		}
 	}
-	s.log.Info("reconciled", "machines", rep.Machines, "kept", rep.Kept, "adopted", rep.Adopted, "destroyed", rep.Destroyed, "vanished", rep.Vanished, "pooled", rep.Pooled, "unfinished", len(rep.Unfinished))
+	r.log.Info("reconciled", "machines", rep.Machines, "kept", rep.Kept, "adopted", rep.Adopted, "destroyed", rep.Destroyed, "vanished", rep.Vanished, "pooled", rep.Pooled, "unfinished", len(rep.Unfinished))
 	return rep, errors.Join(errs...)
 }
 
 // reconcileProvider is one provider's part of a pass. Running sessions
 // whose machine is missing are ended only when every account's list was
 // read.
-func (s *Service) reconcileProvider(ctx context.Context, id string, p providers.Provider, running []store.Session) (ReconcileReport, error) {
+func (r *Reconciler) reconcileProvider(ctx context.Context, id string, p providers.Provider, running []store.Session) (ReconcileReport, error) {
 	var rep ReconcileReport
 	var errs []error
 	// Each account in use is listed with its own credentials.
 	seen := map[string]bool{}
 	listed := true
-	for _, cctx := range s.credentialSets(ctx, id) {
-		ms, err := s.listMachines(cctx, id)
+	for _, cctx := range r.accounts(ctx, id) {
+		ms, err := r.machines(cctx, id)
 		if err != nil {
 			errs = append(errs, err)
 			listed = false
@@ -142,7 +191,7 @@ func (s *Service) reconcileProvider(ctx context.Context, id string, p providers.
 			}
 			seen[m.ID] = true
 			rep.Machines++
-			if err := s.reconcileMachine(cctx, p, id, m, &rep); err != nil {
+			if err := r.reconcileMachine(cctx, p, id, m, &rep); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -151,11 +200,11 @@ func (s *Service) reconcileProvider(ctx context.Context, id string, p providers.
 		return rep, errors.Join(errs...) // a session's machine may be in the account that failed
 	}
 	for _, x := range running {
-		if x.Provider != id || seen[x.MachineID] || !s.claim(ctx, x, reapClaim) {
+		if x.Provider != id || seen[x.MachineID] || !r.claim(ctx, x, reapClaim) {
 			continue
 		}
-		s.log.Warn("reconcile: the machine of a running session is gone; ending it", "session", x.ID, "machine", x.MachineID)
-		s.endSession(ctx, x, "machine gone")
+		r.log.Warn("reconcile: the machine of a running session is gone; ending it", "session", x.ID, "machine", x.MachineID)
+		r.end(ctx, x, "machine gone")
 		rep.Vanished++
 	}
 	return rep, errors.Join(errs...)
@@ -164,21 +213,21 @@ func (s *Service) reconcileProvider(ctx context.Context, id string, p providers.
 // reconcileMachine settles one listed machine. Its error means the
 // machine may still need settling: a read of the store or a leftover's
 // removal failed.
-func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, provider string, m providers.Machine, rep *ReconcileReport) error {
-	log := s.log.With("machine", m.ID, "provider", provider)
+func (r *Reconciler) reconcileMachine(ctx context.Context, p providers.Provider, provider string, m providers.Machine, rep *ReconcileReport) error {
+	log := r.log.With("machine", m.ID, "provider", provider)
 	sessionID := m.Labels[providers.LabelSession]
 	if m.Labels[providers.LabelPool] == "true" {
 		// Its labels cannot say which session claimed it: the store does.
-		pm, err := s.st.GetPoolMember(ctx, m.Labels[providers.LabelComputer])
+		pm, err := r.st.GetPoolMember(ctx, m.Labels[providers.LabelComputer])
 		switch {
 		case err != nil && !errors.Is(err, store.ErrNotFound):
 			return fmt.Errorf("machine %s: read pool member: %w", m.ID, err)
 		case err == nil && pm.State == store.PoolClaimed:
 			sessionID = pm.SessionID
 		case err == nil:
-			alive := pm.Owner == s.instance
+			alive := pm.Owner == r.instance
 			if !alive {
-				alive, err = s.st.InstanceAlive(ctx, pm.Owner, s.clk.Now().Add(-InstanceTTL))
+				alive, err = r.st.InstanceAlive(ctx, pm.Owner, r.clk.Now().Add(-InstanceTTL))
 				if err != nil {
 					return fmt.Errorf("machine %s: %w", m.ID, err)
 				}
@@ -188,10 +237,10 @@ func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, pr
 				return nil
 			}
 			// Its supervisor is gone, and its bind secret with it.
-			s.st.DeletePoolMember(ctx, pm.ComputerID, pm.State)
+			r.st.DeletePoolMember(ctx, pm.ComputerID, pm.State)
 		}
 	}
-	x, err := s.st.GetSession(ctx, sessionID)
+	x, err := r.st.GetSession(ctx, sessionID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("machine %s: read session: %w", m.ID, err)
 	}
@@ -205,13 +254,13 @@ func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, pr
 		rep.Kept++
 		return nil
 	case err == nil && x.State == store.StateUncertain && x.AttemptID == m.Labels[providers.LabelAttempt]:
-		if !s.claim(ctx, x, reapClaim) {
+		if !r.claim(ctx, x, reapClaim) {
 			return nil // another supervisor acts on it
 		}
 		if m.Endpoint == "" {
 			break // parts only: a leftover
 		}
-		if err := s.adopt(ctx, &x, m); err != nil {
+		if err := r.adopt(ctx, &x, m); err != nil {
 			return fmt.Errorf("machine %s: adopt: %w", m.ID, err)
 		}
 		log.Info("reconcile: adopted the machine of an uncertain session", "session", x.ID)
@@ -226,9 +275,21 @@ func (s *Service) reconcileMachine(ctx context.Context, p providers.Provider, pr
 		return fmt.Errorf("machine %s: destroy leftover: %w", m.ID, err)
 	}
 	if m.Labels[providers.LabelPool] == "true" {
-		s.st.DeletePoolMember(ctx, m.Labels[providers.LabelComputer], "")
+		r.st.DeletePoolMember(ctx, m.Labels[providers.LabelComputer], "")
 	}
 	log.Info("reconcile: destroyed a leftover machine", "session", m.Labels[providers.LabelSession])
 	rep.Destroyed++
 	return nil
+}
+
+// Reconcile matches the providers' machines to sessions; see
+// Reconciler.Reconcile.
+func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	return s.reconciler.Reconcile(ctx)
+}
+
+// RetryReconcile reconciles the providers named in unfinished again until
+// each has finished a pass or ctx ends; see Reconciler.Retry.
+func (s *Service) RetryReconcile(ctx context.Context, unfinished []string) {
+	s.reconciler.Retry(ctx, unfinished)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor/store"
@@ -65,7 +66,7 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 		Now: now, MinSeconds: MinLeaseSeconds,
 	}
 	if warm {
-		r.PoolOwner = s.poolOwner(c)
+		r.PoolOwner = s.pool.owner(c)
 	}
 	x, err := s.st.Reserve(ctx, r)
 	var be *store.BudgetError
@@ -117,6 +118,46 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 	}
 	log.Info("started", "machine", m.ID, "reserved", x.ReservedSeconds)
 	return s.view(x), nil
+}
+
+// bindPooled binds the pool computer that the reservation x claimed to x:
+// the session's token hash and the computer's environment, in one call
+// with the bind secret. It returns false when the computer could not be
+// bound; it is then being destroyed and x has ended without a charge.
+func (s *Service) bindPooled(ctx context.Context, x *store.Session) bool {
+	defer s.pool.poke()
+	log := s.log.With("agent", x.AgentID, "session", x.ID, "computer", x.ComputerID)
+	secret, ok := s.pool.take(x.Provider, x.ComputerID)
+	err := errors.New("its bind secret is not in this supervisor")
+	if ok {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)
+		c := computerd.NewClient(x.Endpoint, secret, computerd.WithHTTPClient(s.http))
+		_, err = c.Bind(bctx, computerd.BindRequest{
+			TokenHash: token.Hash(s.cfg.Tokens.Derive(token.Computer, x.ComputerID)),
+			Env:       s.computerEnv(x.Provider, x.ComputerID),
+		})
+		cancel()
+	}
+	if err == nil {
+		y := *x
+		y.State = store.StateRunning
+		if err = s.st.UpdateSession(context.WithoutCancel(ctx), y, x.State); err == nil {
+			*x = y
+			log.Info("started from the warm pool", "machine", x.MachineID, "reserved", x.ReservedSeconds)
+			return true
+		}
+	}
+	log.Warn("bind of a pooled computer failed; removing it", "machine", x.MachineID, "err", err)
+	y := *x
+	y.State = store.StateStopping
+	y.EndedAt = s.clk.Now()
+	y.ChargedSeconds = 0
+	y.NextCleanupAt = s.clk.Now().Add(reapClaim)
+	y.LastError = "bind of a pooled computer failed: " + err.Error()
+	if uerr := s.st.UpdateSession(context.WithoutCancel(ctx), y, x.State); uerr == nil {
+		s.cleanup(context.WithoutCancel(ctx), y)
+	}
+	return false
 }
 
 // joinStart answers a start that found session x live: a running session
@@ -427,7 +468,7 @@ func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
 	}
 	y := x
 	if err == nil {
-		s.forgetPooled(ctx, x)
+		s.pool.forget(ctx, x)
 		y.State = finalState(x)
 		y.NextCleanupAt = time.Time{}
 		if uerr := s.st.UpdateSession(ctx, y, x.State); uerr != nil {

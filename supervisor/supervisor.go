@@ -80,6 +80,9 @@ type Config struct {
 }
 
 // Service carries out the supervisor's operations; REST and MCP both call it.
+// It keeps agents, connections and sessions (their starts, ends, budgets
+// and tools) itself, and composes the parts that each do one other job,
+// each with its own state and what it needs passed in at New.
 type Service struct {
 	cfg  Config
 	st   store.Store
@@ -87,7 +90,11 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	egress egressAuth // which computers may use the egress proxy (egressauth.go)
+	calls      *Calls      // idempotent tool calls (calls.go)
+	pairing    *Pairing    // lenders' agents pairing (pairing.go)
+	egress     *EgressAuth // which computers may use the egress proxy (egressauth.go)
+	pool       *Pool       // this instance's part of the warm pools (pool.go)
+	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu
@@ -95,8 +102,6 @@ type Service struct {
 
 	depMu      sync.Mutex
 	deployment string
-
-	pool warmPool // this instance's part of the warm pools (pool.go)
 }
 
 // New checks cfg and returns a Service.
@@ -129,10 +134,23 @@ func New(cfg Config) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = newID("i_")
 	}
-	return &Service{
+	s := &Service{
 		cfg: cfg, st: cfg.Store, clk: cfg.Clock, http: cfg.HTTPClient, instance: cfg.InstanceID,
 		log: cfg.Logger.With("component", "supervisor", "instance", cfg.InstanceID),
-	}, nil
+	}
+	s.calls = NewCalls(CallsOptions{Store: s.st, Clock: s.clk, Logger: s.log, Instance: s.instance})
+	s.pairing = NewPairing(PairingOptions{Store: s.st, Clock: s.clk, Logger: s.log, RelayURL: cfg.RelayURL})
+	s.egress = NewEgressAuth(EgressAuthOptions{Store: s.st, Clock: s.clk, Logger: s.log, Tokens: cfg.Tokens})
+	s.pool = NewPool(PoolOptions{
+		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, HTTPClient: s.http,
+		Instance: s.instance, Deployment: s.Deployment, Machines: s.listMachines,
+	})
+	s.reconciler = NewReconciler(ReconcilerOptions{
+		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, Instance: s.instance,
+		Machines: s.listMachines, Accounts: s.credentialSets,
+		Claim: s.claim, End: s.endSession, Adopt: s.adopt,
+	})
+	return s, nil
 }
 
 // Instance returns this supervisor's instance id.
