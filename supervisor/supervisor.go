@@ -1,7 +1,7 @@
 // Package supervisor is Berth's control plane: it connects agents to
 // providers, starts and stops their computers within leases and daily
 // budgets, and serves the five computer tools. The HTTP API lives in
-// supervisor/api; state lives behind supervisor/store.
+// supervisor/apiserver; state lives behind supervisor/store.
 package supervisor
 
 import (
