@@ -52,11 +52,11 @@ type DockerFactory func(cpus float64, memoryMB int64) (Docker, error)
 
 // Config configures a Lender.
 type Config struct {
-	// AgentID is this machine's companion id at the supervisor. Every
-	// machine the lender makes carries it (see Deployment), so that two
-	// agents on one Docker engine never take each other's computers for
-	// leftovers.
-	AgentID string
+	// LenderID is this lending daemon's own id at the supervisor (its
+	// companion id from pairing). Every machine the lender makes carries it
+	// (see Deployment), so that two agents on one Docker engine never take
+	// each other's computers for leftovers.
+	LenderID string
 	// DataDir holds the settings file. Required.
 	DataDir string
 	// Docker builds the provider computers run through. Required.
@@ -157,13 +157,13 @@ type approval struct {
 }
 
 // Deployment returns the deployment label of the machines an agent makes.
-func Deployment(agentID string) string { return "lender-" + agentID }
+func Deployment(lenderID string) string { return "lender-" + lenderID }
 
 // New returns a Lender with the owner's settings from the data folder. It
 // does not touch Docker; Start does.
 func New(cfg Config) (*Lender, error) {
-	if cfg.AgentID == "" || cfg.DataDir == "" || cfg.Docker == nil || cfg.Engine == nil || cfg.Ledger == nil {
-		return nil, errors.New("lender: AgentID, DataDir, Docker, Engine and Ledger are required")
+	if cfg.LenderID == "" || cfg.DataDir == "" || cfg.Docker == nil || cfg.Engine == nil || cfg.Ledger == nil {
+		return nil, errors.New("lender: LenderID, DataDir, Docker, Engine and Ledger are required")
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("lender: data folder: %w", err)
@@ -176,7 +176,7 @@ func New(cfg Config) (*Lender, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		clk:        cfg.Clock,
-		deployment: Deployment(cfg.AgentID),
+		deployment: Deployment(cfg.LenderID),
 		transport:  cfg.Transport,
 		done:       make(chan struct{}),
 		settings:   s,
@@ -657,7 +657,7 @@ func (l *Lender) State() lending.State {
 	l.mu.Lock()
 	on := l.settings.Lending
 	l.mu.Unlock()
-	return lending.State{AgentID: l.cfg.AgentID, Version: l.cfg.Version, Lending: on, Computers: l.Computers()}
+	return lending.State{AgentID: l.cfg.LenderID, Version: l.cfg.Version, Lending: on, Computers: l.Computers()}
 }
 
 // computerOf returns the computer id of a running computer named by its
