@@ -134,7 +134,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		if err := er.start(ctx, l, o.Egress, elog, &wg); err != nil {
 			return fmt.Errorf("agent: egress proxy: %w", err)
 		}
-		l.applyFirewall(ctx, l.Settings().Egress)
+		l.egress.applyFirewall(ctx, l.Settings().Egress)
 		if closed, err := docker.RemoveStaleOpenings(ctx); err == nil && len(closed) > 0 {
 			log.Info("removed stale egress openings from the host firewall", "ports", closed)
 		}
