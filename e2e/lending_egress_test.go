@@ -111,7 +111,7 @@ func TestLendingEgress(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: agentID, Token: "agent-token", RelayURL: "ws" + strings.TrimPrefix(rsrv.URL, "http") + relay.ConnectPath,
+			LenderID: agentID, Token: "agent-token", RelayURL: "ws" + strings.TrimPrefix(rsrv.URL, "http") + relay.ConnectPath,
 			DataDir: dir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
 			Egress: lender.EgressOptions{Listen: ":0", Resolver: lendResolver{
 				"allowed.lend.test": {ns.Addr},

@@ -104,7 +104,7 @@ func startLendingRig(t *testing.T, ctx context.Context, o lendingRigOptions) *le
 	r.agentDone = make(chan error, 1)
 	go func() {
 		r.agentDone <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: r.paired.AgentID, Token: r.paired.Token, RelayURL: r.paired.RelayURL, SupervisorURL: r.supURL,
+			LenderID: r.paired.AgentID, Token: r.paired.Token, RelayURL: r.paired.RelayURL, SupervisorURL: r.supURL,
 			DataDir: adir, Socket: sock, Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
 			Egress: o.agentEgress,
 			Logger: r.log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },

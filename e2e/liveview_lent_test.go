@@ -128,7 +128,7 @@ func startLentRig(tb testing.TB, ctx context.Context, turnListen string, provs .
 	agentDone := make(chan error, 1)
 	go func() {
 		agentDone <- lender.RunAgent(actx, lender.AgentOptions{
-			AgentID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL, TURNRelay: d.TURNRelay(),
+			LenderID: paired.AgentID, Token: paired.Token, RelayURL: paired.RelayURL, SupervisorURL: supURL, TURNRelay: d.TURNRelay(),
 			DataDir: adir, Socket: sock, Egress: lender.EgressOptions{Listen: ":0"},
 			Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: desktopImage},
 			Logger: log.With("side", "agent"), Version: "e2e", Ready: func(l *lender.Lender) { ready <- l },

@@ -45,7 +45,7 @@ func serve(t *testing.T) (*lender.Lender, *control.Client, string) {
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{
-		AgentID: "cp_control", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
+		LenderID: "cp_control", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
 		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_control"}, RelayURL: "ws://relay.test/v1/agents/connect",
 		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
 			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: testImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})

@@ -41,7 +41,7 @@ func TestControlScreenshot(t *testing.T) {
 	}
 	defer eng.Close()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	l, err := lender.New(lender.Config{AgentID: "cp_screen", DataDir: dir, Ledger: led, Engine: eng, Logger: log,
+	l, err := lender.New(lender.Config{LenderID: "cp_screen", DataDir: dir, Ledger: led, Engine: eng, Logger: log,
 		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
 			return docker.New(docker.Options{DesktopImage: desktopImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
 		}})

@@ -21,9 +21,10 @@ import (
 // AgentOptions configure a whole lending agent (RunAgent): the lender, its
 // ledger and control socket, and the relay link.
 type AgentOptions struct {
-	// AgentID and Token are the companion id and token from pairing.
-	AgentID string
-	Token   string
+	// LenderID and Token are this lending daemon's own id (its companion
+	// id) and token from pairing.
+	LenderID string
+	Token    string
 	// RelayURL is the relay's websocket endpoint (from pairing).
 	RelayURL string
 	// Insecure allows a plain ws:// RelayURL to a host that is not
@@ -62,7 +63,7 @@ type AgentOptions struct {
 // the ledger (adopting or offering to clean up), serves the control socket
 // and keeps the relay link up. Computers keep running after it returns.
 func RunAgent(ctx context.Context, o AgentOptions) error {
-	if o.AgentID == "" || o.Token == "" {
+	if o.LenderID == "" || o.Token == "" {
 		return errors.New("agent: not paired (run berth agent pair CODE --supervisor URL)")
 	}
 	if o.RelayURL == "" {
@@ -106,10 +107,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		eg.Firewall = true
 	}
 	l, err := New(Config{
-		AgentID: o.AgentID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
+		LenderID: o.LenderID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
 		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
 		OpenTURN: docker.OpenTURN, CloseTURN: docker.UnguardTURN, TURNRelay: o.TURNRelay,
-		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.AgentID},
+		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.LenderID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base
 			opts.CPUs, opts.MemoryMB = cpus, memoryMB
@@ -133,7 +134,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		if err := er.start(ctx, l, o.Egress, elog, &wg); err != nil {
 			return fmt.Errorf("agent: egress proxy: %w", err)
 		}
-		l.applyFirewall(ctx, l.Settings().Egress)
+		l.egress.applyFirewall(ctx, l.Settings().Egress)
 		if closed, err := docker.RemoveStaleOpenings(ctx); err == nil && len(closed) > 0 {
 			log.Info("removed stale egress openings from the host firewall", "ports", closed)
 		}

@@ -90,45 +90,52 @@ func (e *Egress) stats() (egress.Stats, bool) {
 	return p.Stats(), true
 }
 
-// computerEnv is a new computer's environment: the supervisor's variables,
-// with the proxy variables (egress.ProxyVars) replaced by the agent's proxy and the computer's
-// own credentials, or removed when egress is off.
-func (l *Lender) computerEnv(computerID string, in map[string]string, on bool) map[string]string {
-	e := l.cfg.Egress
+// egressSide is the lender's side of the agent's egress proxy: the proxy
+// settings each new computer gets, the proxy's check of a computer's
+// credentials, what the owner sees of the proxy, and the host firewall's
+// opening for it.
+type egressSide struct {
+	e   *Egress // nil: computers get no proxy
+	log *slog.Logger
+	// admits reports whether egress is on and computerID runs or starts on
+	// this machine.
+	admits func(computerID string) bool
+}
+
+// env is a new computer's environment: the supervisor's variables, with
+// the proxy variables (egress.ProxyVars) replaced by the agent's proxy and
+// the computer's own credentials, or removed when egress is off.
+func (s *egressSide) env(computerID string, in map[string]string, on bool) map[string]string {
+	e := s.e
 	if !on || e == nil {
 		return egress.WithoutProxyEnv(in)
 	}
 	return egress.ProxyEnv(in, e.Addr, computerID, e.Tokens.Derive(token.Egress, computerID))
 }
 
-// EgressAuth checks egress proxy credentials: the user is the id of a
-// computer this agent runs, the password its egress token. With egress
-// off, nobody passes.
-func (l *Lender) EgressAuth(user, pass string) (string, bool) {
-	e := l.cfg.Egress
+// auth checks egress proxy credentials: the user is the id of a computer
+// this agent runs, the password its egress token. With egress off, nobody
+// passes.
+func (s *egressSide) auth(user, pass string) (string, bool) {
+	e := s.e
 	if e == nil || user == "" {
 		return "", false
 	}
 	want := e.Tokens.Derive(token.Egress, user)
 	ok := subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
-	l.mu.Lock()
-	on := l.settings.Egress
-	_, running := l.running[user]
-	_, starting := l.starting[user]
-	l.mu.Unlock()
-	return user, ok && on && (running || starting)
+	return user, ok && s.admits(user)
 }
 
-// egressStatus is the proxy as the owner sees it.
-func (l *Lender) egressStatus(on bool) control.EgressStatus {
+// status is the proxy as the owner sees it.
+func (s *egressSide) status(on bool) control.EgressStatus {
 	st := control.EgressStatus{On: on}
-	e := l.cfg.Egress
+	e := s.e
 	if e == nil {
 		return st
 	}
-	if s, ok := e.stats(); ok {
+	if ps, ok := e.stats(); ok {
 		st.Listening, st.Address = true, e.Addr
-		for v, n := range s.Verdicts {
+		for v, n := range ps.Verdicts {
 			if v == egress.VerdictAllowed {
 				st.Allowed += n
 			} else {
@@ -141,8 +148,8 @@ func (l *Lender) egressStatus(on bool) control.EgressStatus {
 
 // applyFirewall closes the host to computers, opening only the proxy's
 // port while egress is on.
-func (l *Lender) applyFirewall(ctx context.Context, on bool) {
-	e := l.cfg.Egress
+func (s *egressSide) applyFirewall(ctx context.Context, on bool) {
+	e := s.e
 	if e == nil || !e.Firewall {
 		return
 	}
@@ -153,9 +160,24 @@ func (l *Lender) applyFirewall(ctx context.Context, on bool) {
 		err = docker.GuardHost(ctx)
 	}
 	if err != nil {
-		l.log.Warn("could not set the host firewall for computers", "egress", on, "err", err)
+		s.log.Warn("could not set the host firewall for computers", "egress", on, "err", err)
 	}
 }
+
+// egressAdmits reports whether egress is on and computerID runs or starts
+// here: the egress side's view of the computers.
+func (l *core) egressAdmits(computerID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, running := l.running[computerID]
+	_, starting := l.starting[computerID]
+	return l.settings.Egress && (running || starting)
+}
+
+// EgressAuth checks egress proxy credentials: the user is the id of a
+// computer this agent runs, the password its egress token. With egress
+// off, nobody passes.
+func (l *Lender) EgressAuth(user, pass string) (string, bool) { return l.egress.auth(user, pass) }
 
 // egressRun is the agent's running egress proxy.
 type egressRun struct {

@@ -21,9 +21,9 @@ func TestComputerEnvAndEgressAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.l.cfg.Egress = &Egress{Addr: "10.213.0.1:3129", Tokens: tokens}
+	r.l.egress.e = &Egress{Addr: "10.213.0.1:3129", Tokens: tokens}
 	in := map[string]string{"HTTP_PROXY": "http://c1:sup@10.0.0.9:3128", "no_proxy": "*", "ALL_PROXY": "socks5://x", "LANG": "C.UTF-8"}
-	env := r.l.computerEnv("c1", in, true)
+	env := r.l.egress.env("c1", in, true)
 	if in["HTTP_PROXY"] != "http://c1:sup@10.0.0.9:3128" {
 		t.Fatal("the supervisor's map was changed")
 	}
@@ -37,7 +37,7 @@ func TestComputerEnvAndEgressAuth(t *testing.T) {
 	if env["NO_PROXY"] != "" || env["no_proxy"] != "" || env["ALL_PROXY"] != "" || env["LANG"] != "C.UTF-8" {
 		t.Fatalf("env: %v", env)
 	}
-	off := r.l.computerEnv("c1", in, false)
+	off := r.l.egress.env("c1", in, false)
 	for _, k := range egress.ProxyVars {
 		if _, ok := off[k]; ok {
 			t.Fatalf("egress off, %s is set: %v", k, off)

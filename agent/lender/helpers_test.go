@@ -90,7 +90,7 @@ func newRig(t testing.TB, agent, dir string, clk *clock.Fake) *rig {
 		return 12 << 30, 24 << 30, nil
 	}
 	l, err := New(Config{
-		AgentID: agent, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log, Version: "test",
+		LenderID: agent, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log, Version: "test",
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: testImage,
 				CPUs: cpus, MemoryMB: memoryMB, Logger: log, MemInfo: memInfo})

@@ -42,7 +42,7 @@ const (
 // its environment, the forwarder's address replacing the supervisor's. A
 // failure leaves the computer without live view (and without the
 // supervisor's TURN variables), not without a start.
-func (l *Lender) liveViewEnv(ctx context.Context, r lending.CreateRequest, env map[string]string) map[string]string {
+func (l *core) liveViewEnv(ctx context.Context, r lending.CreateRequest, env map[string]string) map[string]string {
 	if env[envTURNPort] == "" && env[envTURNHost] == "" {
 		return env
 	}
@@ -85,7 +85,7 @@ func (l *Lender) liveViewEnv(ctx context.Context, r lending.CreateRequest, env m
 // address (not in the egress proxy's blocked ranges, not one of this
 // machine's): a supervisor on a private network needs --turn-relay, the
 // owner's explicit word.
-func (l *Lender) turnTarget(port int) (netip.AddrPort, error) {
+func (l *core) turnTarget(port int) (netip.AddrPort, error) {
 	l.turn.mu.Lock()
 	defer l.turn.mu.Unlock()
 	if !l.turn.resolved {
@@ -101,7 +101,7 @@ func (l *Lender) turnTarget(port int) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(l.turn.relay, uint16(port)), nil
 }
 
-func (l *Lender) resolveTURNRelay() (netip.Addr, int, error) {
+func (l *core) resolveTURNRelay() (netip.Addr, int, error) {
 	if hp := l.cfg.TURNRelay; hp != "" {
 		host, ps, err := net.SplitHostPort(hp)
 		port, perr := strconv.Atoi(ps)
@@ -165,7 +165,7 @@ func ownAddress(a netip.Addr) bool {
 // viewURL is the owner link of a desktop session at the paired
 // supervisor, or empty while the agent has not seen the computer's token
 // (the supervisor's first call, at start, brings it) or is not paired.
-func (l *Lender) viewURL(c *computer) string {
+func (l *core) viewURL(c *computer) string {
 	base := strings.TrimRight(l.cfg.Pairing.URL, "/")
 	if c.s.Image != providers.ImageDesktop || c.s.SessionID == "" || base == "" {
 		return ""

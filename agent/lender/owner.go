@@ -16,10 +16,12 @@ import (
 	"github.com/berthdev/berth/providers"
 )
 
-// This file is what the owner sees and changes, through agent/control.
+// ownerAPI is what the owner sees and changes through agent/control (its
+// Backend): settings, approvals, sessions, usage and cleanups.
+type ownerAPI struct{ *core }
 
 // Status returns the agent's state at a glance.
-func (l *Lender) Status(ctx context.Context) control.Status {
+func (l *ownerAPI) Status(ctx context.Context) control.Status {
 	l.mu.Lock()
 	st := control.Status{
 		Lending:          l.settings.Lending,
@@ -34,7 +36,7 @@ func (l *Lender) Status(ctx context.Context) control.Status {
 	tz := l.settings.TimeZone
 	on := l.settings.Egress
 	l.mu.Unlock()
-	st.Egress = l.egressStatus(on)
+	st.Egress = l.egress.status(on)
 	st.WarmPool = l.PoolStatus()
 	now := l.clk.Now()
 	if sec, err := l.cfg.Ledger.DaySeconds(ctx, localDay(tz, now), now); err == nil {
@@ -51,20 +53,8 @@ func localDay(tz string, t time.Time) string {
 	return t.In(loc).Format(time.DateOnly)
 }
 
-// setRelay records the relay link's state.
-func (l *Lender) setRelay(online bool, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.relay.Online = online
-	l.relay.Since = l.clk.Now()
-	l.relay.LastError = ""
-	if err != nil {
-		l.relay.LastError = err.Error()
-	}
-}
-
 // Sessions lists the running computers with their live CPU and memory.
-func (l *Lender) Sessions(ctx context.Context) []control.Session {
+func (l *ownerAPI) Sessions(ctx context.Context) []control.Session {
 	l.mu.Lock()
 	cs := make([]*computer, 0, len(l.running)+len(l.ending))
 	for _, c := range l.running {
@@ -138,7 +128,7 @@ func sessionState(c *computer, ending bool, s *control.Session) {
 }
 
 // StopSession stops a running computer for the owner.
-func (l *Lender) StopSession(ctx context.Context, id string) (control.Session, error) {
+func (l *ownerAPI) StopSession(ctx context.Context, id string) (control.Session, error) {
 	c, err := l.lookup(id)
 	if err != nil {
 		return control.Session{}, err
@@ -157,7 +147,7 @@ const ScreenshotPath = "/v1/screenshot"
 
 // Screenshot returns a computer's screen from its computerd, with its
 // content type.
-func (l *Lender) Screenshot(ctx context.Context, id string) ([]byte, string, error) {
+func (l *ownerAPI) Screenshot(ctx context.Context, id string) ([]byte, string, error) {
 	c, err := l.lookup(id)
 	if err != nil {
 		return nil, "", err
@@ -197,7 +187,7 @@ func (l *Lender) Screenshot(ctx context.Context, id string) ([]byte, string, err
 }
 
 // Approvals lists the sessions waiting for the owner, oldest first.
-func (l *Lender) Approvals() []control.Approval {
+func (l *ownerAPI) Approvals() []control.Approval {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]control.Approval, 0, len(l.approvals))
@@ -214,17 +204,11 @@ func (l *Lender) Approvals() []control.Approval {
 }
 
 // Settings returns the owner's limits.
-func (l *Lender) Settings() control.Settings {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.settings
-	s.Hours.Days = slices.Clone(s.Hours.Days)
-	return s
-}
+func (l *ownerAPI) Settings() control.Settings { return l.current() }
 
 // SetSettings checks and stores every limit. Nothing changes when a value
 // is out of range.
-func (l *Lender) SetSettings(s control.Settings) (control.Settings, error) {
+func (l *ownerAPI) SetSettings(s control.Settings) (control.Settings, error) {
 	if err := CheckSettings(s); err != nil {
 		return control.Settings{}, badRequest("%v", err)
 	}
@@ -242,7 +226,7 @@ func (l *Lender) SetSettings(s control.Settings) (control.Settings, error) {
 	l.mu.Unlock()
 	if old.Egress != s.Egress {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l.applyFirewall(ctx, s.Egress)
+		l.egress.applyFirewall(ctx, s.Egress)
 		cancel()
 	}
 	// Waiting computers were made under the old limits: any change empties
@@ -256,7 +240,7 @@ func (l *Lender) SetSettings(s control.Settings) (control.Settings, error) {
 }
 
 // UpdateSettings changes the limits u sets.
-func (l *Lender) UpdateSettings(u control.SettingsUpdate) (control.Settings, error) {
+func (l *ownerAPI) UpdateSettings(u control.SettingsUpdate) (control.Settings, error) {
 	l.mu.Lock()
 	s := applyUpdate(l.settings, u)
 	l.mu.Unlock()
@@ -267,7 +251,7 @@ func (l *Lender) UpdateSettings(u control.SettingsUpdate) (control.Settings, err
 const MaxUsageDays = 90
 
 // Usage returns today's lending and the last days, from the ledger.
-func (l *Lender) Usage(ctx context.Context, days int) (control.Usage, error) {
+func (l *ownerAPI) Usage(ctx context.Context, days int) (control.Usage, error) {
 	if days == 0 {
 		days = 14
 	}
@@ -308,6 +292,67 @@ func rows(rs []ledger.Row) []control.UsageRow {
 		out = append(out, control.UsageRow{Key: r.Key, Seconds: r.Seconds, Sessions: r.Sessions})
 	}
 	return out
+}
+
+// Decide approves or denies a waiting session.
+func (l *ownerAPI) Decide(id string, approve bool) (control.Approval, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.approvals[id]
+	if a == nil || a.info.State != control.ApprovalPending {
+		return control.Approval{}, errorf(http.StatusNotFound, lending.CodeNotFound, "no session waits for approval %q", id)
+	}
+	a.info.State = control.ApprovalDenied
+	if approve {
+		a.info.State = control.ApprovalApproved
+	}
+	a.decided <- approve
+	delete(l.approvals, id)
+	l.log.Info("owner decided", "approval", id, "state", a.info.State)
+	return a.info, nil
+}
+
+// Cleanups lists the open cleanup prompts.
+func (l *ownerAPI) Cleanups() []control.CleanupPrompt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]control.CleanupPrompt, 0, len(l.prompts))
+	for _, p := range l.prompts {
+		out = append(out, *p)
+	}
+	return out
+}
+
+// ResolveCleanup removes a leftover (remove) or keeps it and stops asking.
+func (l *ownerAPI) ResolveCleanup(ctx context.Context, id string, remove bool) (control.CleanupPrompt, error) {
+	l.mu.Lock()
+	i := slices.IndexFunc(l.prompts, func(p *control.CleanupPrompt) bool { return p.ID == id })
+	if i < 0 {
+		l.mu.Unlock()
+		return control.CleanupPrompt{}, errorf(http.StatusNotFound, lending.CodeNotFound, "no cleanup prompt %q", id)
+	}
+	p := *l.prompts[i]
+	l.mu.Unlock()
+	if remove {
+		if err := l.cfg.Engine.Remove(ctx, p.Kind, p.Name); err != nil {
+			msg := err.Error()
+			if p.Kind != control.KindContainer && strings.Contains(msg, "in use") {
+				msg += " (remove its container first)"
+			}
+			return p, errorf(http.StatusConflict, lending.CodeConflict, "%s", msg)
+		}
+		p.State = control.CleanupRemoved
+	} else {
+		if err := l.cfg.Ledger.Keep(ctx, p.Kind, p.Name, l.clk.Now()); err != nil {
+			return p, err
+		}
+		p.State = control.CleanupKept
+	}
+	l.mu.Lock()
+	l.prompts = slices.DeleteFunc(l.prompts, func(q *control.CleanupPrompt) bool { return q.ID == id })
+	l.mu.Unlock()
+	l.log.Info("leftover resolved", "prompt", id, "kind", p.Kind, "name", p.Name, "state", p.State)
+	return p, nil
 }
 
 var _ control.Backend = (*Lender)(nil)

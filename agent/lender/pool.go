@@ -73,7 +73,7 @@ type pooled struct {
 // newPool is the lender's warm pool: it holds the owner's WarmPoolSize
 // while lending is on and within the allowed hours, in the room that the
 // running, ending and starting computers leave under MaxComputers.
-func (l *Lender) newPool() *warmpool.Pool[*pooled] {
+func (l *core) newPool() *warmpool.Pool[*pooled] {
 	pooler := func() (Docker, Pooler, error) {
 		d, err := l.provider()
 		if err != nil {
@@ -137,17 +137,17 @@ func (l *Lender) newPool() *warmpool.Pool[*pooled] {
 
 // inUse counts the running, ending and starting computers. It runs with
 // l.mu held.
-func (l *Lender) inUse() int { return len(l.running) + len(l.ending) + len(l.starting) }
+func (l *core) inUse() int { return len(l.running) + len(l.ending) + len(l.starting) }
 
 // PoolStatus reports the warm pool.
-func (l *Lender) PoolStatus() control.PoolStatus {
+func (l *core) PoolStatus() control.PoolStatus {
 	st := l.pool.Stats()
-	return control.PoolStatus{Size: l.Settings().WarmPoolSize, Waiting: st.Waiting, Creating: st.Creating, Claimed: st.Claimed}
+	return control.PoolStatus{Size: l.current().WarmPoolSize, Waiting: st.Waiting, Creating: st.Creating, Claimed: st.Claimed}
 }
 
 // launch starts the computer for r: from the pool when it holds one
 // (headless only), or cold.
-func (l *Lender) launch(ctx context.Context, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
+func (l *core) launch(ctx context.Context, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
 	if r.Image == providers.ImageHeadless {
 		if m := l.claim(); m != nil {
 			c, err := l.bind(ctx, m, r, day, now, lease)
@@ -164,7 +164,7 @@ func (l *Lender) launch(ctx context.Context, r lending.CreateRequest, day string
 }
 
 // claim takes the oldest waiting computer out of the pool.
-func (l *Lender) claim() *pooled {
+func (l *core) claim() *pooled {
 	if m, ok := l.pool.Claim(); ok {
 		return m
 	}
@@ -173,7 +173,7 @@ func (l *Lender) claim() *pooled {
 
 // bind records the session and binds the claimed computer m to it. On
 // failure m is removed and the session forgotten.
-func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
+func (l *core) bind(ctx context.Context, m *pooled, r lending.CreateRequest, day string, now time.Time, lease time.Duration) (*computer, error) {
 	ls := ledger.Session{
 		ComputerID: r.ComputerID, SessionID: r.SessionID, AttemptID: r.AttemptID, Agent: r.Agent,
 		Workspace: r.Workspace, Image: r.Image, Deployment: r.Deployment, TokenHash: r.TokenHash,
@@ -186,7 +186,7 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, d
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)
 	defer cancel()
 	cl := computerd.NewClient(m.endpoint, m.secret, computerd.WithTransport(l.transport))
-	_, err := cl.Bind(bctx, computerd.BindRequest{TokenHash: r.TokenHash, Env: l.computerEnv(r.ComputerID, r.Env, l.Settings().Egress)})
+	_, err := cl.Bind(bctx, computerd.BindRequest{TokenHash: r.TokenHash, Env: l.egress.env(r.ComputerID, r.Env, l.current().Egress)})
 	if err != nil {
 		if ferr := l.cfg.Ledger.Forget(context.WithoutCancel(ctx), r.ComputerID); ferr != nil {
 			l.log.Warn("forget failed start", "computer", r.ComputerID, "err", ferr)
@@ -202,7 +202,7 @@ func (l *Lender) bind(ctx context.Context, m *pooled, r lending.CreateRequest, d
 // makeRoom removes waiting computers until the running, ending, starting,
 // waiting, creating and removing computers fit the owner's MaxComputers, waiting for
 // creates and removals in flight where only they are over it.
-func (l *Lender) makeRoom(ctx context.Context) error {
+func (l *core) makeRoom(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -228,7 +228,7 @@ func (l *Lender) makeRoom(ctx context.Context) error {
 
 // removePooled destroys a computer taken out of the pool; the pool counts
 // it in Removing until it is gone.
-func (l *Lender) removePooled(m *pooled, why string) {
+func (l *core) removePooled(m *pooled, why string) {
 	l.mu.Lock()
 	d := l.docker
 	l.mu.Unlock()
@@ -246,12 +246,12 @@ func (l *Lender) removePooled(m *pooled, why string) {
 
 // drainPool empties the pool: no waiting computer is claimed afterwards,
 // and creates in flight are discarded when they end.
-func (l *Lender) drainPool(why string) int {
+func (l *core) drainPool(why string) int {
 	return l.pool.Drain(context.Background(), why)
 }
 
 // runPool keeps the pool filled until the lender closes.
-func (l *Lender) runPool() {
+func (l *core) runPool() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -274,7 +274,7 @@ func localTime(tz string, t time.Time) time.Time {
 
 // makePooled starts a pooled computer and waits for its computerd. A
 // create is never cut short: Close waits for it.
-func (l *Lender) makePooled(d Docker, pl Pooler) (*pooled, error) {
+func (l *core) makePooled(d Docker, pl Pooler) (*pooled, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	secret, err := token.NewSecret(32)
@@ -303,7 +303,7 @@ func (l *Lender) makePooled(d Docker, pl Pooler) (*pooled, error) {
 
 // waitHealthy waits for a computer's computerd to answer its health check;
 // it gives up with ErrClosed when the lender closes.
-func (l *Lender) waitHealthy(ctx context.Context, endpoint string) error {
+func (l *core) waitHealthy(ctx context.Context, endpoint string) error {
 	ctx, cancel := context.WithTimeout(ctx, poolReadyTimeout)
 	defer cancel()
 	go func() {

@@ -6,14 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/ledger"
-	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 )
@@ -33,7 +30,7 @@ type Report struct {
 // an ended or expired session are removed; an open session whose computer
 // is gone is closed; anything the ledger does not know is listed as a
 // cleanup prompt for the owner, kind by kind. Call it once before serving.
-func (l *Lender) Start(ctx context.Context) (Report, error) {
+func (l *core) Start(ctx context.Context) (Report, error) {
 	var rep Report
 	d, err := l.provider()
 	if err != nil {
@@ -173,7 +170,7 @@ func isPooled(rs []Resource) bool {
 	return false
 }
 
-func (l *Lender) adopt(s ledger.Session, endpoint string) {
+func (l *core) adopt(s ledger.Session, endpoint string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.running[s.ComputerID] != nil {
@@ -187,7 +184,7 @@ func (l *Lender) adopt(s ledger.Session, endpoint string) {
 
 // prompt adds a cleanup prompt for r unless the owner kept it or it is
 // already listed; it reports whether it added one.
-func (l *Lender) prompt(ctx context.Context, r Resource, reason string) bool {
+func (l *core) prompt(ctx context.Context, r Resource, reason string) bool {
 	if kept, err := l.cfg.Ledger.Kept(ctx, r.Kind, r.Name); err != nil || kept {
 		return false
 	}
@@ -209,53 +206,10 @@ func (l *Lender) prompt(ctx context.Context, r Resource, reason string) bool {
 	return true
 }
 
-// Cleanups lists the open cleanup prompts.
-func (l *Lender) Cleanups() []control.CleanupPrompt {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]control.CleanupPrompt, 0, len(l.prompts))
-	for _, p := range l.prompts {
-		out = append(out, *p)
-	}
-	return out
-}
-
-// ResolveCleanup removes a leftover (remove) or keeps it and stops asking.
-func (l *Lender) ResolveCleanup(ctx context.Context, id string, remove bool) (control.CleanupPrompt, error) {
-	l.mu.Lock()
-	i := slices.IndexFunc(l.prompts, func(p *control.CleanupPrompt) bool { return p.ID == id })
-	if i < 0 {
-		l.mu.Unlock()
-		return control.CleanupPrompt{}, errorf(http.StatusNotFound, lending.CodeNotFound, "no cleanup prompt %q", id)
-	}
-	p := *l.prompts[i]
-	l.mu.Unlock()
-	if remove {
-		if err := l.cfg.Engine.Remove(ctx, p.Kind, p.Name); err != nil {
-			msg := err.Error()
-			if p.Kind != control.KindContainer && strings.Contains(msg, "in use") {
-				msg += " (remove its container first)"
-			}
-			return p, errorf(http.StatusConflict, lending.CodeConflict, "%s", msg)
-		}
-		p.State = control.CleanupRemoved
-	} else {
-		if err := l.cfg.Ledger.Keep(ctx, p.Kind, p.Name, l.clk.Now()); err != nil {
-			return p, err
-		}
-		p.State = control.CleanupKept
-	}
-	l.mu.Lock()
-	l.prompts = slices.DeleteFunc(l.prompts, func(q *control.CleanupPrompt) bool { return q.ID == id })
-	l.mu.Unlock()
-	l.log.Info("leftover resolved", "prompt", id, "kind", p.Kind, "name", p.Name, "state", p.State)
-	return p, nil
-}
-
 // Resync checks the running computers against the engine, after the relay
 // link came back: computers that went away meanwhile are closed in the
 // ledger, so that the supervisor's next list is true.
-func (l *Lender) Resync(ctx context.Context) error {
+func (l *core) Resync(ctx context.Context) error {
 	d, err := l.provider()
 	if err != nil {
 		return err

@@ -268,7 +268,7 @@ func (f *turnForward) close() {
 
 // forwardTURN returns the forwarder to target, starting it on the docker0
 // address the first time.
-func (l *Lender) forwardTURN(target string) (*turnForward, error) {
+func (l *core) forwardTURN(target string) (*turnForward, error) {
 	l.turn.mu.Lock()
 	defer l.turn.mu.Unlock()
 	if l.turn.closed {
@@ -296,7 +296,7 @@ func (l *Lender) forwardTURN(target string) (*turnForward, error) {
 
 // closeTURNForward stops the forwarder and closes its port in the host
 // firewall; it runs when the lender closes.
-func (l *Lender) closeTURNForward() {
+func (l *core) closeTURNForward() {
 	l.turn.mu.Lock()
 	f := l.turn.fwd
 	l.turn.fwd, l.turn.closed = nil, true

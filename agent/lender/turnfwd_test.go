@@ -149,7 +149,7 @@ func TestTURNTarget(t *testing.T) {
 		{pairing: "https://93.184.216.34/", relay: "no-port"},
 		{pairing: "https://93.184.216.34/", relay: "10.1.2.3:70000"},
 	} {
-		l := &Lender{cfg: Config{TURNRelay: tc.relay, Pairing: control.Pairing{URL: tc.pairing}}}
+		l := &core{cfg: Config{TURNRelay: tc.relay, Pairing: control.Pairing{URL: tc.pairing}}}
 		got, err := l.turnTarget(34780)
 		switch {
 		case tc.want == "" && err == nil:

@@ -176,7 +176,7 @@ func (r *runner) runOnce(ctx context.Context) error {
 		r.mu.Unlock()
 	}()
 	err = lender.RunAgent(rctx, lender.AgentOptions{
-		AgentID: creds.AgentID, Token: creds.Token, RelayURL: creds.RelayURL, SupervisorURL: creds.SupervisorURL,
+		LenderID: creds.AgentID, Token: creds.Token, RelayURL: creds.RelayURL, SupervisorURL: creds.SupervisorURL,
 		DataDir: r.dataDir, Socket: r.socket, Docker: r.docker, Logger: r.log, Version: r.version,
 		Ready: func(*lender.Lender) {
 			r.setProblem("")

@@ -35,7 +35,7 @@ func BenchmarkRefresh(b *testing.B) {
 	}
 	defer eng.Close()
 	l, err := lender.New(lender.Config{
-		AgentID: "cp_bench", DataDir: dir, Ledger: led, Engine: eng, Version: "bench",
+		LenderID: "cp_bench", DataDir: dir, Ledger: led, Engine: eng, Version: "bench",
 		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_bench"},
 		Docker:  func(float64, int64) (lender.Docker, error) { return docker.New(docker.Options{}) },
 	})

@@ -96,7 +96,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
-				AgentID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay,
+				LenderID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay,
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",

@@ -117,7 +117,7 @@ func (l *devLending) ready(d *daemon.Daemon, url string) {
 	sock := filepath.Join(dir, control.SocketName)
 	l.wg.Go(func() {
 		err := lender.RunAgent(ctx, lender.AgentOptions{
-			AgentID: creds.LenderID, Token: creds.Token, RelayURL: loopbackURL(l.url), SupervisorURL: url, TURNRelay: d.TURNRelay(),
+			LenderID: creds.LenderID, Token: creds.Token, RelayURL: loopbackURL(l.url), SupervisorURL: url, TURNRelay: d.TURNRelay(),
 			DataDir: dir, Socket: sock, Docker: dopts, Logger: l.log.With("agent", creds.LenderID), Version: version,
 		})
 		if err != nil {

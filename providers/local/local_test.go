@@ -79,7 +79,7 @@ func (w *world) agent(id string, clk clock.Clock, set func(*control.Settings)) (
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	l, err := lender.New(lender.Config{AgentID: id, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log,
+	l, err := lender.New(lender.Config{LenderID: id, DataDir: dir, Ledger: led, Engine: eng, Clock: clk, Logger: log,
 		Docker: func(float64, int64) (lender.Docker, error) { return docker.New(docker.Options{Logger: log}) }})
 	if err != nil {
 		t.Fatal(err)
