@@ -33,6 +33,10 @@ type AgentOptions struct {
 	// SupervisorURL is shown in the status; live view of lent desktops
 	// goes to its host's TURN relay unless TURNRelay names one.
 	SupervisorURL string
+	// Unguarded lends even when the host firewall cannot close this machine
+	// to lent computers (--unguarded): they can then reach every service it
+	// listens on. Logged as an error at each start.
+	Unguarded bool
 	// TURNRelay is the supervisor's TURN relay, host:port (--turn-relay),
 	// for a supervisor whose host is private or whose relay is elsewhere.
 	TURNRelay string
@@ -130,6 +134,13 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait
+	if err := docker.GuardHost(ctx); err != nil {
+		if !o.Unguarded {
+			return fmt.Errorf("agent: cannot close this machine to lent computers (%v): they would reach every service it listens on. "+
+				"Run the agent as root with iptables and ip6tables installed (berth agent service install), or pass --unguarded to lend anyway", err)
+		}
+		log.Error("UNGUARDED: lent computers can reach every service this machine listens on (--unguarded)", "err", err)
+	}
 	if er != nil {
 		if err := er.start(ctx, l, o.Egress, elog, &wg); err != nil {
 			return fmt.Errorf("agent: egress proxy: %w", err)
@@ -145,8 +156,6 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 				log.Warn("could not close the egress proxy's port in the host firewall", "err", err)
 			}
 		}()
-	} else if err := docker.GuardHost(ctx); err != nil {
-		log.Warn("could not close the host to computers; they can reach services the host listens on", "err", err)
 	}
 	// What Berth processes on this engine left past their time.
 	if gcd, err := docker.New(base); err == nil {

@@ -39,7 +39,7 @@ func defaultAgentData() string {
 
 func newAgentRunCmd() *cobra.Command {
 	var data, socket, relayURL, turnRelay, logLevel string
-	var insecure bool
+	var insecure, unguarded bool
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Lend this machine: run computers for the paired supervisor",
@@ -96,7 +96,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
-				LenderID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay,
+				LenderID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay, Unguarded: unguarded,
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",
@@ -111,6 +111,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 	f.StringVar(&relayURL, "relay", "", "the relay's websocket URL (default: the one named at pairing)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&turnRelay, "turn-relay", "", "the supervisor's TURN relay for live view of lent desktops, HOST:PORT (default: the supervisor's own host, when public)")
+	f.BoolVar(&unguarded, "unguarded", false, "lend even when the host firewall cannot close this machine to lent computers (they can then reach every service it listens on)")
 	f.BoolVar(&insecure, "insecure", false, "allow a plain ws:// relay URL to a host that is not loopback (the token travels unencrypted)")
 	return cmd
 }
