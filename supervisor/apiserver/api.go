@@ -81,6 +81,7 @@ func (h *Handler) routes() {
 	m.Handle("POST /v1/companions/pair-codes", h.auth(workspaceOK, h.createPairCode))
 	m.HandleFunc("POST /v1/companions/pair", h.pair) // the code is the credential
 	h.keyRoutes()
+	h.companionRoutes()
 	h.hostRoutes()
 	m.HandleFunc("/", h.noRoute)
 }

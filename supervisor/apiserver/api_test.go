@@ -64,7 +64,7 @@ func newEnv(t testing.TB) *env {
 }
 
 // newEnvWith is newEnv on a given store.
-func newEnvWith(t testing.TB, st store.Store) *env {
+func newEnvWith(t testing.TB, st store.Store, opts ...func(*supervisor.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
@@ -74,10 +74,14 @@ func newEnvWith(t testing.TB, st store.Store) *env {
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	svc, err := supervisor.New(supervisor.Config{
+	cfg := supervisor.Config{
 		Store: st, Providers: map[string]providers.Provider{"fake": fp}, DefaultProvider: "fake",
 		Box: box, Tokens: tokens, Clock: clk, Logger: log, ReadyTimeout: 5 * time.Second,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := supervisor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
