@@ -28,12 +28,16 @@ type CreateKeyRequest struct {
 	Workspace string `json:"workspace,omitempty"`
 	// Agent is required for agent keys.
 	Agent string `json:"agent,omitempty"`
-	// ExpiresInSeconds, when positive, makes the key expire.
-	ExpiresInSeconds int `json:"expiresInSeconds,omitempty"`
+	// ExpiresInSeconds, when positive, makes the key expire that long
+	// after its creation; ExpiresAt makes it expire then. At most one of
+	// the two is given.
+	ExpiresInSeconds int       `json:"expiresInSeconds,omitempty"`
+	ExpiresAt        time.Time `json:"expiresAt,omitzero"`
 }
 
-// Key is an API key as the API shows it. Secret is set only in the answer
-// to its creation: it is shown once and never kept.
+// Key is an API key as the API shows it. Secret (JSON "key", the bearer
+// token berth_k_<id>_<secret>) is set only in the answer to its creation:
+// it is shown once and never kept.
 type Key struct {
 	ID         string    `json:"id"`
 	Name       string    `json:"name"`
@@ -45,7 +49,7 @@ type Key struct {
 	LastUsedAt time.Time `json:"lastUsedAt,omitzero"`
 	ExpiresAt  time.Time `json:"expiresAt,omitzero"`
 	RevokedAt  time.Time `json:"revokedAt,omitzero"`
-	Secret     string    `json:"secret,omitempty"`
+	Secret     string    `json:"key,omitempty"`
 }
 
 // KeyList is the answer of GET /v1/keys.

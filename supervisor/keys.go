@@ -159,6 +159,12 @@ func (s *Service) CreateKey(ctx context.Context, r CreateKeyRequest) (KeyView, e
 	if r.ExpiresInSeconds < 0 {
 		return KeyView{}, badRequest("expiresInSeconds: must not be negative")
 	}
+	if r.ExpiresInSeconds > 0 && !r.ExpiresAt.IsZero() {
+		return KeyView{}, badRequest("expiresAt, expiresInSeconds: give at most one")
+	}
+	if !r.ExpiresAt.IsZero() && !r.ExpiresAt.After(s.clk.Now()) {
+		return KeyView{}, badRequest("expiresAt: must be in the future")
+	}
 	k := store.Key{ID: newID("k"), Name: name, Scope: r.Scope, CreatedBy: p.Actor}
 	switch r.Scope {
 	case store.ScopeOperator:
@@ -211,6 +217,8 @@ func (s *Service) CreateKey(ctx context.Context, r CreateKeyRequest) (KeyView, e
 	k.Hash, k.CreatedAt = token.Hash(full), now
 	if r.ExpiresInSeconds > 0 {
 		k.ExpiresAt = now.Add(time.Duration(r.ExpiresInSeconds) * time.Second)
+	} else if !r.ExpiresAt.IsZero() {
+		k.ExpiresAt = r.ExpiresAt.UTC()
 	}
 	if err := s.st.CreateKey(ctx, k); err != nil {
 		return KeyView{}, fmt.Errorf("create key: %w", err)

@@ -9,7 +9,7 @@ import (
 
 func TestKeyCreate(t *testing.T) {
 	s := newSupervisor(t)
-	s.on("POST /v1/keys", http.StatusCreated, `{"id":"kabc","name":"a1","scope":"agent","workspace":"w1","agent":"a1","createdAt":"2026-01-01T00:00:00Z","secret":"berth_k_kabc_s3cr3t"}`)
+	s.on("POST /v1/keys", http.StatusCreated, `{"id":"kabc","name":"a1","scope":"agent","workspace":"w1","agent":"a1","createdAt":"2026-01-01T00:00:00Z","key":"berth_k_kabc_s3cr3t"}`)
 	r := run(t, "", "key", "create", "--scope", "agent", "--agent", "a1", "--expires", "1h")
 	if r.code != 0 || r.stdout != "berth_k_kabc_s3cr3t\n" || !strings.Contains(r.stderr, "shown only this once") {
 		t.Fatalf("%+v", r)

@@ -91,11 +91,19 @@ func TestAgentKeyScope(t *testing.T) {
 	e.clock.Advance(61 * time.Second)
 	e.as(x.Secret).want("GET", "/v1/agents/a1/computer", nil, 401, supervisor.CodeUnauthorized)
 
+	at := e.clock.Now().Add(time.Hour)
+	var y api.Key
+	e.mustCall("POST", "/v1/keys", map[string]any{"name": "until", "scope": "agent", "agent": "a1", "expiresAt": at}, 201, &y)
+	if !y.ExpiresAt.Equal(at) {
+		t.Errorf("expiresAt = %v, want %v", y.ExpiresAt, at)
+	}
+	e.want("POST", "/v1/keys", map[string]any{"name": "past", "scope": "agent", "agent": "a1", "expiresAt": e.clock.Now().Add(-time.Hour)}, 400, supervisor.CodeBadRequest)
+
 	// The list never shows a secret; revocation shows.
 	var list api.KeyList
 	e.mustCall("GET", "/v1/keys", nil, 200, &list)
 	i := slices.IndexFunc(list.Keys, func(l api.Key) bool { return l.ID == k.ID })
-	if len(list.Keys) != 2 || i < 0 || list.Keys[i].Secret != "" || list.Keys[i].RevokedAt.IsZero() || list.Keys[i].LastUsedAt.IsZero() {
+	if len(list.Keys) != 3 || i < 0 || list.Keys[i].Secret != "" || list.Keys[i].RevokedAt.IsZero() || list.Keys[i].LastUsedAt.IsZero() {
 		t.Errorf("keys = %+v", list.Keys)
 	}
 }
