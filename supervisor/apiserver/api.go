@@ -183,7 +183,8 @@ func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, i
 	}
 	c, err := h.svc.CreatePairCode(r.Context(), req)
 	if err == nil {
-		h.svc.Record(r.Context(), "pair_code.create", "", "", req.Name)
+		// A workspace key's code shows in its workspace's audit log.
+		h.svc.Record(r.Context(), "pair_code.create", principal(r).Workspace, "", req.Name)
 	}
 	return c, http.StatusCreated, err
 }

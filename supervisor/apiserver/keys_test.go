@@ -162,6 +162,8 @@ func TestWorkspaceKeyScope(t *testing.T) {
 	w.want("DELETE", "/v1/keys/"+other, nil, 404, supervisor.CodeNotFound)
 	w.mustCall("DELETE", "/v1/keys/"+ak.ID, nil, 200, nil)
 
+	w.mustCall("POST", "/v1/companions/pair-codes", nil, 201, nil)
+
 	// Audit: a workspace key sees its own workspace's entries only.
 	var log api.AuditLog
 	w.mustCall("GET", "/v1/audit", nil, 200, &log)
@@ -172,7 +174,7 @@ func TestWorkspaceKeyScope(t *testing.T) {
 		}
 		actions = append(actions, en.Action)
 	}
-	for _, want := range []string{"agent.create", "computer.connect", "key.create", "key.revoke"} {
+	for _, want := range []string{"agent.create", "computer.connect", "key.create", "key.revoke", "pair_code.create"} {
 		if !slices.Contains(actions, want) {
 			t.Errorf("audit actions %v: no %s", actions, want)
 		}
