@@ -6,11 +6,12 @@
 // random per logical call (or taken from the context, see
 // WithIdempotencyKey) and is reused when the client repeats the request
 // itself, so a retried tool call returns the first outcome instead of
-// running twice. The client repeats a request only on a transport error or
-// a 503 answer, a bounded number of times with jittered backoff, and only
-// while its context lives. Requests that are not safe to repeat (creating
-// an agent, connecting a provider) carry no key and are repeated only after
-// a 503 or when they never reached the supervisor.
+// running twice. The client repeats a request only on a transport error, a
+// 503 answer or a rate limit's 429, a bounded number of times with jittered
+// backoff (or the Retry-After asked for), and only while its context lives.
+// Requests that are not safe to repeat (creating an agent, connecting a
+// provider) carry no key and are repeated only after a 503 or a 429 or when
+// they never reached the supervisor.
 package api
 
 import (
@@ -246,7 +247,9 @@ func (c *Client) once(ctx context.Context, r request, body []byte, key string) (
 			return r.repeatable && ctx.Err() == nil, 0, fmt.Errorf("client: %s %s: read answer: %w", r.method, r.path, err)
 		}
 		apiErr := decodeError(resp, e)
-		if resp.StatusCode != http.StatusServiceUnavailable {
+		// 503 and 429 (a rate limit, answered before the call is looked
+		// at) are the answers worth waiting out.
+		if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests {
 			return false, 0, apiErr
 		}
 		wait, ok := retryAfter(resp.Header.Get("Retry-After"))

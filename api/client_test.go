@@ -521,6 +521,21 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// A rate limit (429) is waited out as its Retry-After says, also for a
+// call that is not safe to repeat: the supervisor refused it unread.
+func TestRateLimitWaitedOut(t *testing.T) {
+	f := newFake(t,
+		reply{status: http.StatusTooManyRequests, body: `{"error":{"code":"rate_limited","message":"slow down"}}`, header: map[string]string{"Retry-After": "1"}},
+		reply{status: http.StatusCreated, body: `{"id":"a1"}`})
+	c, waits := newTestClient(t, f.srv.URL)
+	if _, err := c.CreateAgent(testContext(t), CreateAgentRequest{Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(*waits) != 1 || (*waits)[0] != time.Second {
+		t.Errorf("waits = %v, want [1s]", *waits)
+	}
+}
+
 func TestUnsafeCallNotRepeatedAfterLostAnswer(t *testing.T) {
 	f := newFake(t, reply{hangup: true}, reply{status: http.StatusCreated, body: `{"id":"a1"}`})
 	c, _ := newTestClient(t, f.srv.URL)

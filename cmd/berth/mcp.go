@@ -31,8 +31,10 @@ func newMCPCmd() *cobra.Command {
 		Short: "Serve an agent's computer tools over MCP (stdio or streamable HTTP)",
 		Long: `mcp serves the five computer tools of one agent (computer_start, computer_exec,
 computer_read_file, computer_write_file, computer_stop) to an MCP api. Each
-tool calls the supervisor at --url or $BERTH_URL with $SUPERVISOR_TOKEN, for
-the agent named by --agent or $BERTH_AGENT.
+tool calls the supervisor at --url or $BERTH_URL, for the agent named by
+--agent or $BERTH_AGENT, with the agent key in $BERTH_AGENT_KEY (made with
+` + "`berth key create --scope agent --agent X`" + `), which opens only that agent's
+computer tools; without one it uses --token or $SUPERVISOR_TOKEN.
 
 By default it speaks MCP on stdin and stdout, for clients that start it as a
 subprocess; logs go to stderr. With --http HOST:PORT it serves streamable
@@ -62,7 +64,7 @@ calls, waits for the running ones to be answered, and exits.`,
 			if httpAddr == "" && cmd.Flags().Changed("http-token") {
 				return usagef("--http-token needs --http")
 			}
-			c, err := newClient(cmd)
+			c, err := newAgentClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -94,7 +96,7 @@ func checkAgent(cmd *cobra.Command, c *api.Client, agent string) {
 	case errors.As(err, &ae) && ae.Status == 404:
 		warnf(cmd, "agent %s has no computer connection yet (%v); connect one with `berth computer connect --agent %s`", agent, err, agent)
 	case errors.As(err, &ae) && (ae.Status == 401 || ae.Status == 403):
-		warnf(cmd, "the supervisor refused the operator token (%v); check SUPERVISOR_TOKEN", err)
+		warnf(cmd, "the supervisor refused the token (%v); check BERTH_AGENT_KEY or SUPERVISOR_TOKEN", err)
 	default:
 		warnf(cmd, "cannot check agent %s at the supervisor (%v); serving anyway", agent, err)
 	}
@@ -220,4 +222,18 @@ func serveMCPHTTP(cmd *cobra.Command, s *mcpserver.Server, agent, addr, token st
 func isLoopback(addr net.Addr) bool {
 	a, ok := addr.(*net.TCPAddr)
 	return ok && a.IP.IsLoopback()
+}
+
+// newAgentClient is newClient with the agent key of $BERTH_AGENT_KEY, when
+// set, in place of the operator token.
+func newAgentClient(cmd *cobra.Command) (*api.Client, error) {
+	key := os.Getenv("BERTH_AGENT_KEY")
+	if key == "" {
+		return newClient(cmd)
+	}
+	c, err := api.New(flagOrEnv(cmd, "url", "BERTH_URL", defaultURL), key, api.WithUserAgent("berth/"+version))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return c, nil
 }

@@ -77,7 +77,8 @@ func (r inProcess) Presence(_ context.Context, id string) (relayserver.Presence,
 func (r inProcess) Lenders(context.Context) ([]relayserver.Presence, error) {
 	return r.s.Lenders(), nil
 }
-func (r inProcess) Transport(id string) http.RoundTripper { return r.s.Transport(id) }
+func (r inProcess) Transport(id string) http.RoundTripper           { return r.s.Transport(id) }
+func (r inProcess) Drop(_ context.Context, id string) (bool, error) { return r.s.Drop(id), nil }
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
@@ -408,3 +409,22 @@ var (
 	_ providers.WorkspaceUser = (*Local)(nil)
 	_ providers.LenderLister  = (*Local)(nil)
 )
+
+// LenderOf returns the lender of a machine of this provider.
+func (l *Local) LenderOf(machineID string) (string, bool) {
+	lid, _, err := splitMachine(machineID)
+	return lid, err == nil
+}
+
+// DropLender closes the lender's relay link, over the relay's internal API
+// when the relay runs as its own process.
+func (l *Local) DropLender(ctx context.Context, lenderID string) error {
+	d, ok := l.o.Relay.(interface {
+		Drop(ctx context.Context, lenderID string) (bool, error)
+	})
+	if !ok {
+		return nil
+	}
+	_, err := d.Drop(ctx, lenderID)
+	return err
+}

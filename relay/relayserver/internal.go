@@ -51,6 +51,7 @@ func info(p Presence) PresenceInfo {
 //
 //	GET  /v1/internal/agents                     every agent's presence
 //	GET  /v1/internal/agents/{id}                one agent's presence (404: never seen)
+//	DELETE /v1/internal/agents/{id}              drop the agent's link (404: none)
 //	ANY  /v1/internal/agents/{id}/http/{path...} an HTTP request to the agent's API, as /{path}
 //
 // A request for an agent that is offline answers 503 with ErrorHeader set
@@ -75,6 +76,13 @@ func (s *Server) InternalHandler(token string) http.Handler {
 			return
 		}
 		httpjson.Write(w, http.StatusOK, info(p))
+	})
+	mux.HandleFunc("DELETE "+InternalPrefix+"/agents/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if !s.Drop(r.PathValue("id")) {
+			writeErr(w, http.StatusNotFound, "not_found", fmt.Sprintf("agent %s has no link to this relay", r.PathValue("id")), time.Time{})
+			return
+		}
+		httpjson.Write(w, http.StatusOK, map[string]any{"agent": r.PathValue("id"), "dropped": true})
 	})
 	mux.HandleFunc(InternalPrefix+"/agents/{id}/http/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")

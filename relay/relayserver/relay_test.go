@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayclient"
 	"github.com/berthdev/berth/relay/relayserver"
 )
@@ -225,34 +229,40 @@ func TestPresence(t *testing.T) {
 	}
 }
 
-func TestNewerConnectionReplacesOlder(t *testing.T) {
+// A second link with the same token does not replace a live first one:
+// the newcomer is closed with CloseReasonDuplicate.
+func TestSecondLinkRefusedWhileFirstLive(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	log, _ := newLogger(t)
 	r := startRelay(t, "127.0.0.1:0", relayserver.Config{Logger: log})
-	cfg := relayclient.Config{URL: r.url, Token: "good-token-1", Version: "old"}
-	s1, err := relayclient.Connect(ctx, cfg)
+	s1, err := relayclient.Connect(ctx, relayclient.Config{URL: r.url, Token: "good-token-1", Version: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s1.Close()
 	testkit.EventuallyContext(t, ctx, "first online", online(r, "agent-1"))
-	cfg.Version = "new"
-	s2, err := relayclient.Connect(ctx, cfg)
+
+	ws, _, err := websocket.Dial(ctx, r.url, &websocket.DialOptions{
+		Subprotocols: []string{relay.Subprotocol},
+		HTTPHeader:   http.Header{"Authorization": {"Bearer good-token-1"}, relay.VersionHeader: {"second"}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s2.Close()
-	select {
-	case <-s1.CloseChan():
-	case <-ctx.Done():
-		t.Fatal("older connection not closed")
+	defer ws.CloseNow()
+	_, _, err = ws.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || ce.Reason != relayserver.CloseReasonDuplicate {
+		t.Fatalf("second link: %v, want close %d %q", err, websocket.StatusPolicyViolation, relayserver.CloseReasonDuplicate)
 	}
-	p, _ := r.Presence("agent-1")
-	if !p.Online || p.Version != "new" {
+	if s1.IsClosed() {
+		t.Fatal("the first link was closed")
+	}
+	if p, _ := r.Presence("agent-1"); !p.Online || p.Version != "first" {
 		t.Fatalf("presence: %+v", p)
 	}
 	go func() {
-		if st, err := s2.Accept(); err == nil {
+		if st, err := s1.Accept(); err == nil {
 			st.Write([]byte("hi"))
 			st.Close()
 		}
@@ -262,9 +272,66 @@ func TestNewerConnectionReplacesOlder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	b, err := io.ReadAll(c)
-	if err != nil || string(b) != "hi" {
+	if b, err := io.ReadAll(c); err != nil || string(b) != "hi" {
 		t.Fatalf("read %q, %v", b, err)
+	}
+}
+
+// A link that is gone is replaced by the next one at once.
+func TestLinkAfterCloseAccepted(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	log, _ := newLogger(t)
+	r := startRelay(t, "127.0.0.1:0", relayserver.Config{Logger: log})
+	cfg := relayclient.Config{URL: r.url, Token: "good-token-1", Version: "old"}
+	s1, err := relayclient.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.EventuallyContext(t, ctx, "first online", online(r, "agent-1"))
+	s1.Close()
+	cfg.Version = "new"
+	s2, err := relayclient.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	testkit.EventuallyContext(t, ctx, "second online", func() bool {
+		p, _ := r.Presence("agent-1")
+		return p.Online && p.Version == "new"
+	})
+}
+
+// Drop closes a lender's link at once, over the internal API too.
+func TestDropLink(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	log, _ := newLogger(t)
+	r := startRelay(t, "127.0.0.1:0", relayserver.Config{Logger: log})
+	s1, err := relayclient.Connect(ctx, relayclient.Config{URL: r.url, Token: "good-token-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	testkit.EventuallyContext(t, ctx, "online", online(r, "agent-1"))
+	const tok = "internal-token-0123456789"
+	srv := httptest.NewServer(r.InternalHandler(tok))
+	defer srv.Close()
+	rem, err := relayserver.NewRemote(srv.URL, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := rem.Drop(ctx, "agent-1"); !ok || err != nil {
+		t.Fatalf("drop: %v %v", ok, err)
+	}
+	select {
+	case <-s1.CloseChan():
+	case <-ctx.Done():
+		t.Fatal("link not closed")
+	}
+	if p, _ := r.Presence("agent-1"); p.Online {
+		t.Fatalf("presence after drop: %+v", p)
+	}
+	if ok, err := rem.Drop(ctx, "agent-1"); ok || err != nil {
+		t.Fatalf("second drop: %v %v", ok, err)
 	}
 }
 

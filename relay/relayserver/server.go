@@ -116,7 +116,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("agent session setup failed", "agent", lenderID, "err", err)
 		return
 	}
-	if !s.register(lenderID, version, sess) {
+	if ok, dup := s.register(lenderID, version, sess); !ok {
+		if dup {
+			s.log.Warn("agent refused: another link of this lender is live", "agent", lenderID, "remote", r.RemoteAddr)
+			ws.Close(websocket.StatusPolicyViolation, CloseReasonDuplicate)
+		}
 		sess.Close()
 		return
 	}
@@ -128,17 +132,48 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) register(lenderID, version string, sess *yamux.Session) bool {
+// register makes sess the lender's link. A live link of the same lender
+// is not replaced: the newcomer is refused (dup). A link that no longer
+// answers a ping is replaced, so that an agent whose network dropped can
+// come back at once.
+func (s *Server) register(lenderID, version string, sess *yamux.Session) (ok, dup bool) {
+	var checked *yamux.Session
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return false, false
+		}
+		a := s.lenders[lenderID]
+		cur := (*yamux.Session)(nil)
+		if a != nil {
+			cur = a.sess
+		}
+		if cur == nil || cur == checked {
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		if live(cur) {
+			return false, true
+		}
+		checked = cur
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	a := s.lenders[lenderID]
 	if a == nil {
 		a = &lender{}
 		s.lenders[lenderID] = a
+	}
+	if a.sess != nil && a.sess != checked {
+		// Another link came in while this one was checking.
+		s.mu.Unlock()
+		return false, true
 	}
 	old := a.sess
 	a.sess = sess
@@ -146,11 +181,11 @@ func (s *Server) register(lenderID, version string, sess *yamux.Session) bool {
 	p := a.pres
 	s.mu.Unlock()
 	if old != nil {
-		s.log.Info("agent reconnected, replacing older connection", "agent", lenderID)
+		s.log.Info("agent reconnected, replacing its dead connection", "agent", lenderID)
 		old.Close()
 	}
 	s.report(p)
-	return true
+	return true, false
 }
 
 // unregister marks the agent offline if sess is still its current session.

@@ -5,18 +5,18 @@ package apiserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
+	"github.com/berthdev/berth/supervisor/store"
 )
 
 // MaxBodyBytes bounds a request body; the largest legitimate one is a
@@ -48,6 +48,9 @@ type Handler struct {
 	// Egress is the egress proxy whose counters GET /metrics shows; nil
 	// when it is off.
 	Egress EgressStats
+
+	keyLimit  *limiter // per key (SetRateLimit)
+	pairLimit *limiter // unauthenticated pairing, per client address
 }
 
 // New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
@@ -55,7 +58,8 @@ func New(svc *supervisor.Service, token string, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, token: token, log: log.With("component", "api"), mux: http.NewServeMux()}
+	h := &Handler{svc: svc, token: token, log: log.With("component", "api"), mux: http.NewServeMux(),
+		keyLimit: newLimiter(DefaultRate, DefaultBurst), pairLimit: newLimiter(PairRate, PairBurst)}
 	h.routes()
 	return h
 }
@@ -63,19 +67,21 @@ func New(svc *supervisor.Service, token string, log *slog.Logger) *Handler {
 func (h *Handler) routes() {
 	m := h.mux
 	m.HandleFunc("GET /healthz", h.healthz)
-	m.Handle("POST /v1/agents", h.auth(h.createAgent))
-	m.Handle("POST /v1/computers", h.auth(h.connect))
-	m.Handle("GET /v1/computers", h.auth(h.computers))
-	m.Handle("GET /v1/agents/{agent}/computer", h.auth(h.status))
-	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(h.disconnect))
+	m.Handle("POST /v1/agents", h.auth(workspaceOK, h.createAgent))
+	m.Handle("POST /v1/computers", h.auth(workspaceOK, h.connect))
+	m.Handle("GET /v1/computers", h.auth(workspaceOK, h.computers))
+	m.Handle("GET /v1/agents/{agent}/computer", h.auth(agentTool, h.status))
+	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(agentAdmin, h.disconnect))
 	h.toolRoutes()
-	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(h.confirm))
-	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(h.view))
-	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.Protect(http.HandlerFunc(h.screenshot)))
-	m.Handle("GET /v1/usage", h.auth(h.usage))
-	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(h.deleteWorkspace))
-	m.Handle("POST /v1/companions/pair-codes", h.auth(h.createPairCode))
+	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(agentAdmin, h.confirm))
+	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(agentTool, h.view))
+	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.guard(agentTool, http.HandlerFunc(h.screenshot)))
+	m.Handle("GET /v1/usage", h.auth(workspaceOK, h.usage))
+	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(workspaceOK, h.deleteWorkspace))
+	m.Handle("POST /v1/companions/pair-codes", h.auth(workspaceOK, h.createPairCode))
 	m.HandleFunc("POST /v1/companions/pair", h.pair) // the code is the credential
+	h.keyRoutes()
+	h.companionRoutes()
 	h.hostRoutes()
 	m.HandleFunc("/", h.noRoute)
 }
@@ -104,31 +110,26 @@ func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) {
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, int, error)
 
-// authorized checks the operator token and answers 401 when it is wrong.
-func (h *Handler) authorized(w http.ResponseWriter, r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-		writeError(w, &supervisor.Error{Status: http.StatusUnauthorized, Code: supervisor.CodeUnauthorized,
-			Message: "missing or wrong bearer token (Authorization: Bearer $SUPERVISOR_TOKEN)"})
-		return false
-	}
-	return true
+// Protect serves next only to the operator (SUPERVISOR_TOKEN or an
+// operator key), answering 401 or 403 like every other route otherwise.
+func (h *Handler) Protect(next http.Handler) http.Handler {
+	return h.guard(operatorOnly, next)
 }
 
-// Protect serves next only to the holder of the operator token, answering
-// 401 like every other route otherwise.
-func (h *Handler) Protect(next http.Handler) http.Handler {
+// guard serves next only to callers that check lets through for acc.
+func (h *Handler) guard(acc access, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.authorized(w, r) {
+		if r, ok := h.check(w, r, acc); ok {
 			next.ServeHTTP(w, r)
 		}
 	})
 }
 
-// auth checks the operator token, then runs fn and writes its answer.
-func (h *Handler) auth(fn handlerFunc) http.Handler {
+// auth checks the caller for acc, then runs fn and writes its answer.
+func (h *Handler) auth(acc access, fn handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(w, r) {
+		r, ok := h.check(w, r, acc)
+		if !ok {
 			return
 		}
 		v, status, err := fn(w, r)
@@ -160,7 +161,18 @@ func (h *Handler) createAgent(w http.ResponseWriter, r *http.Request) (any, int,
 	if err := decode(w, r, &req); err != nil {
 		return nil, 0, err
 	}
+	if p := principal(r); p.Scope == store.ScopeWorkspace {
+		if req.Workspace == "" {
+			req.Workspace = p.Workspace
+		}
+		if req.Workspace != p.Workspace {
+			return nil, 0, p.Forbidden(fmt.Sprintf("creating an agent in workspace %q", req.Workspace))
+		}
+	}
 	a, err := h.svc.CreateAgent(r.Context(), req)
+	if err == nil {
+		h.svc.Record(r.Context(), "agent.create", a.Workspace, a.ID, "")
+	}
 	return a, http.StatusCreated, err
 }
 
@@ -170,17 +182,28 @@ func (h *Handler) createPairCode(w http.ResponseWriter, r *http.Request) (any, i
 		return nil, 0, err
 	}
 	c, err := h.svc.CreatePairCode(r.Context(), req)
+	if err == nil {
+		// A workspace key's code shows in its workspace's audit log.
+		h.svc.Record(r.Context(), "pair_code.create", principal(r).Workspace, "", req.Name)
+	}
 	return c, http.StatusCreated, err
 }
 
-// pair redeems a pairing code; it takes no operator token. Neither the code
+// pair redeems a pairing code; it takes no operator token, and is limited
+// per client address before anything is read or written. Neither the code
 // nor the token it answers with is logged.
 func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
+	if !h.limitPair(w, r) {
+		return
+	}
 	var req api.PairRequest
 	err := decode(w, r, &req)
 	var p api.Paired
 	if err == nil {
 		p, err = h.svc.Pair(r.Context(), req)
+	}
+	if err == nil {
+		h.svc.Record(supervisor.WithPrincipal(r.Context(), supervisor.Principal{Actor: "pairing"}), "companion.pair", "", p.AgentID, "")
 	}
 	if err != nil {
 		writeError(w, h.logged(r, err))
@@ -194,12 +217,27 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) (any, int, err
 	if err := decode(w, r, &req); err != nil {
 		return nil, 0, err
 	}
+	if p := principal(r); p.Scope == store.ScopeWorkspace && req.Agent != "" {
+		if err := h.inWorkspace(r, p, req.Agent); err != nil {
+			return nil, 0, err
+		}
+	}
 	c, err := h.svc.Connect(r.Context(), req)
+	if err == nil {
+		h.svc.RecordAgent(r.Context(), "computer.connect", req.Agent)
+	}
 	return c, http.StatusCreated, err
 }
 
 func (h *Handler) computers(w http.ResponseWriter, r *http.Request) (any, int, error) {
 	v, err := h.svc.Computers(r.Context())
+	if p := principal(r); err == nil && p.Scope == store.ScopeWorkspace {
+		mine, err := h.svc.WorkspaceAgents(r.Context(), p.Workspace)
+		if err != nil {
+			return nil, 0, err
+		}
+		v = slices.DeleteFunc(v, func(c supervisor.ComputerView) bool { return !mine[c.Agent] })
+	}
 	return map[string]any{"computers": v}, http.StatusOK, err
 }
 
@@ -211,6 +249,9 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) (any, int, erro
 func (h *Handler) disconnect(w http.ResponseWriter, r *http.Request) (any, int, error) {
 	agent := r.PathValue("agent")
 	err := h.svc.Disconnect(r.Context(), agent)
+	if err == nil {
+		h.svc.RecordAgent(r.Context(), "computer.disconnect", agent)
+	}
 	return map[string]any{"agent": agent, "disconnected": true}, http.StatusOK, err
 }
 
@@ -222,7 +263,8 @@ const HeaderReplayed = "Idempotent-Replayed"
 // runs it at most once per Idempotency-Key (see Service.Idempotent).
 func tool[Req, Resp any](h *Handler, name string, body bool, run func(ctx context.Context, agent string, req Req) (Resp, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(w, r) {
+		r, ok := h.check(w, r, agentTool)
+		if !ok {
 			return
 		}
 		var req Req
@@ -294,12 +336,21 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) (any, int, err
 		return nil, 0, err
 	}
 	v, err := h.svc.ConfirmCleanup(r.Context(), r.PathValue("agent"), req)
+	if err == nil {
+		h.svc.RecordAgent(r.Context(), "computer.confirm_cleanup", r.PathValue("agent"))
+	}
 	return v, http.StatusOK, err
 }
 
 func (h *Handler) deleteWorkspace(w http.ResponseWriter, r *http.Request) (any, int, error) {
 	ws := r.PathValue("workspace")
+	if p := principal(r); p.Scope == store.ScopeWorkspace && ws != p.Workspace {
+		return nil, 0, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("workspace %q has no agents", ws)}
+	}
 	n, err := h.svc.DeleteWorkspace(r.Context(), ws)
+	if err == nil {
+		h.svc.Record(r.Context(), "workspace.delete", ws, ws, fmt.Sprintf("%d agents", n))
+	}
 	return map[string]any{"workspace": ws, "deletedAgents": n}, http.StatusOK, err
 }
 
@@ -313,7 +364,21 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) (any, int, error
 	if err != nil {
 		return nil, 0, err
 	}
-	v, err := h.svc.Usage(r.Context(), q.Get("by"), from, to)
+	by := q.Get("by")
+	p := principal(r)
+	if p.Scope == store.ScopeWorkspace {
+		// A workspace key sees its own workspace's line only.
+		if by == "" {
+			by = "workspace"
+		}
+		if by != "workspace" {
+			return nil, 0, p.Forbidden("usage by " + by)
+		}
+	}
+	v, err := h.svc.Usage(r.Context(), by, from, to)
+	if err == nil && p.Scope == store.ScopeWorkspace {
+		v.Rows = slices.DeleteFunc(v.Rows, func(u store.UsageRow) bool { return u.Key != p.Workspace })
+	}
 	return v, http.StatusOK, err
 }
 

@@ -40,6 +40,9 @@ type env struct {
 	st    store.Store
 	logs  *bytes.Buffer
 	tok   *token.Deriver
+	h     *apiserver.Handler
+	// bearer is the token call sends (default opToken; see as).
+	bearer string
 }
 
 // machineToken returns the computerd token of the bench agent's session.
@@ -61,7 +64,7 @@ func newEnv(t testing.TB) *env {
 }
 
 // newEnvWith is newEnv on a given store.
-func newEnvWith(t testing.TB, st store.Store) *env {
+func newEnvWith(t testing.TB, st store.Store, opts ...func(*supervisor.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
@@ -71,14 +74,19 @@ func newEnvWith(t testing.TB, st store.Store) *env {
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	svc, err := supervisor.New(supervisor.Config{
+	cfg := supervisor.Config{
 		Store: st, Providers: map[string]providers.Provider{"fake": fp}, DefaultProvider: "fake",
 		Box: box, Tokens: tokens, Clock: clk, Logger: log, ReadyTimeout: 5 * time.Second,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := supervisor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(apiserver.New(svc, opToken, log))
+	h := apiserver.New(svc, opToken, log)
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		fp.Close()
@@ -87,7 +95,7 @@ func newEnvWith(t testing.TB, st store.Store) *env {
 			t.Log(logs.String())
 		}
 	})
-	return &env{t: t, srv: srv, svc: svc, fake: fp, clock: clk, st: st, logs: logs, tok: tokens}
+	return &env{t: t, srv: srv, svc: svc, fake: fp, clock: clk, st: st, logs: logs, tok: tokens, h: h, bearer: opToken}
 }
 
 // call does a request and decodes the answer into out (when non-nil); it
@@ -104,7 +112,7 @@ func (e *env) call(method, path string, body any, out any) (int, string) {
 		rd = bytes.NewReader(raw)
 	}
 	req, _ := http.NewRequest(method, e.srv.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+opToken)
+	req.Header.Set("Authorization", "Bearer "+e.bearer)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)

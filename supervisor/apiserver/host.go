@@ -45,7 +45,8 @@ func (h *Handler) lenders(w http.ResponseWriter, r *http.Request) {
 		h.noRoute(w, r)
 		return
 	}
-	if !h.authorized(w, r) {
+	r, ok := h.check(w, r, operatorOnly)
+	if !ok {
 		return
 	}
 	out, err := h.Lenders(r.Context())

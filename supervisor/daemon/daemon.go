@@ -311,6 +311,11 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return err
 	}
 	h.RelayToken = o.RelayToken
+	rate, burst, err := apiserver.RateFromEnv(o.Getenv)
+	if err != nil {
+		return fail(err)
+	}
+	h.SetRateLimit(rate, burst)
 	if d.Egress != nil {
 		h.Egress = d.Egress
 	}
