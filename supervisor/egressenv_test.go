@@ -10,9 +10,8 @@ import (
 
 // envProvider records the environment its computers are created with.
 type envProvider struct {
-	p      *pooler
-	egress bool
-	env    map[string]string
+	p   *pooler
+	env map[string]string
 }
 
 func (e *envProvider) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
