@@ -127,7 +127,13 @@ else
 fi
 [ -n "$(uuid "$f" | tr -d 0)" ] || { echo "the filesystem has no UUID" >&2; exit 1; }
 echo "$t" > /disk/type
-losetup -f "$f"
+# The kernel adds a new loop device's node to /dev a moment after it hands
+# out its number; busybox's losetup does not wait for it.
+for i in 1 2 3 4 5 6 7 8 9 10; do
+	losetup -f "$f" && break
+	[ $i = 10 ] && exit 1
+	sleep 1
+done
 l=$(loops | head -n 1)
 [ -n "$l" ] || { echo "no loop device took $f" >&2; exit 1; }
 mount -t "$t" "$l" /m
