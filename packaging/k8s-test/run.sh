@@ -284,7 +284,7 @@ authorization: {mode: AlwaysAllow}
 oomScoreAdj: 0
 enforceNodeAllocatable: []
 cgroupsPerQOS: false
-localStorageCapacityIsolation: false
+localStorageCapacityIsolation: true
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
