@@ -151,7 +151,9 @@ func TestManyComputersDefaultEngine(t *testing.T) {
 	requireDefaultPools(t)
 	const n = 120
 	dir := t.TempDir()
-	env := []string{"COMPUTER_MEMORY_MB=128", "COMPUTER_TOKEN_SECRET=many-computers-secret-0123456789abcdef"}
+	// These tests are about networks: each computer's disk quota (a loop
+	// device and two helper runs) is left to providers/docker's quota tests.
+	env := []string{"COMPUTER_MEMORY_MB=128", "COMPUTER_DISK_MB=0", "COMPUTER_TOKEN_SECRET=many-computers-secret-0123456789abcdef"}
 	a := runSupervisor(t, dir, env...)
 	start := time.Now()
 	startMany(t, a, "many", n, 24)
@@ -188,7 +190,9 @@ func TestTwoSupervisorsSubnets(t *testing.T) {
 	requireDefaultPools(t)
 	url := pgtest.Start(t)
 	dir := t.TempDir()
-	env := []string{"COMPUTER_MEMORY_MB=128", "COMPUTER_TOKEN_SECRET=two-supervisors-subnets-0123456789abcdef"}
+	// These tests are about networks: each computer's disk quota (a loop
+	// device and two helper runs) is left to providers/docker's quota tests.
+	env := []string{"COMPUTER_MEMORY_MB=128", "COMPUTER_DISK_MB=0", "COMPUTER_TOKEN_SECRET=two-supervisors-subnets-0123456789abcdef"}
 	a := runSupervisorArgs(t, dir, []string{"--store", url}, env...)
 	b := runSupervisorArgs(t, dir, []string{"--store", url}, env...)
 	dep := a.deployment()
