@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
-TEST_TIMEOUT ?= 30m
+TEST_TIMEOUT ?= 40m
 
 .PHONY: help build run test test-k8s test-short fuzz images docker bench bench-density lint clean app app-package
 
