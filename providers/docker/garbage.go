@@ -184,7 +184,12 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 			continue
 		}
 		if err := c.d.removeVolume(ctx, v, true); err != nil {
-			errs = append(errs, err)
+			// A volume still in use (its computer or a disk helper is
+			// being removed right now, by this process or another) is
+			// taken on a later pass.
+			if !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "volume is in use") {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		n.Volumes++
