@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/providers/docker"
 )
 
 // proc is a `berth supervisor` process the test runs and may kill.
@@ -165,11 +168,32 @@ func removeDeployment(log string) {
 	for _, c := range []struct{ ls, rm []string }{
 		{[]string{"ps", "-a", "-q"}, []string{"rm", "-f", "-v"}},
 		{[]string{"network", "ls", "-q"}, []string{"network", "rm"}},
-		{[]string{"volume", "ls", "-q"}, []string{"volume", "rm"}},
 	} {
 		out, _ := exec.Command("docker", append(c.ls, "--filter", filter)...).Output()
 		if ids := strings.Fields(string(out)); len(ids) > 0 {
 			exec.Command("docker", append(c.rm, ids...)...).Run()
+		}
+	}
+	// Volumes the provider's way: a computer's disk gives its loop device
+	// back before its volume goes.
+	out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", filter).Output()
+	if names := strings.Fields(string(out)); len(names) > 0 {
+		gc, err := docker.NewCollector(docker.DefaultSocket, nil, nil)
+		if err != nil {
+			return
+		}
+		defer gc.Close()
+		disk := func(n string) int {
+			if strings.HasPrefix(n, docker.DiskPrefix) {
+				return 1
+			}
+			return 0
+		}
+		slices.SortFunc(names, func(a, b string) int { return disk(a) - disk(b) }) // homes before disks
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, n := range names {
+			gc.RemoveVolume(ctx, n)
 		}
 	}
 }
