@@ -299,7 +299,7 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.BlockHost {
 		p.host = &hostAddrs{list: cfg.HostAddrs, clock: cfg.Clock}
 		if p.host.list == nil {
-			p.host.list = interfaceAddrs
+			p.host.list = HostAddrs
 		}
 	}
 	p.errLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)

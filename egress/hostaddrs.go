@@ -43,8 +43,8 @@ func (h *hostAddrs) has(a netip.Addr) bool {
 	return h.set[a]
 }
 
-// interfaceAddrs lists the addresses of this host's interfaces.
-func interfaceAddrs() ([]netip.Addr, error) {
+// HostAddrs lists the addresses of this host's interfaces, unmapped.
+func HostAddrs() ([]netip.Addr, error) {
 	as, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func interfaceAddrs() ([]netip.Addr, error) {
 	out := make([]netip.Addr, 0, len(as))
 	for _, a := range as {
 		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr())
+			out = append(out, p.Addr().Unmap())
 		}
 	}
 	return out, nil

@@ -268,18 +268,13 @@ func (r *egressRun) start(ctx context.Context, l *Lender, o EgressOptions, log *
 // prefix: a public address on the host is as private to a borrower as its
 // LAN.
 func hostPrefixes(log *slog.Logger) []netip.Prefix {
-	as, err := net.InterfaceAddrs()
+	as, err := egress.HostAddrs()
 	if err != nil {
 		log.Warn("could not list this machine's addresses for the egress proxy to refuse", "err", err)
 		return nil
 	}
-	var out []netip.Prefix
-	for _, a := range as {
-		p, err := netip.ParsePrefix(a.String())
-		if err != nil {
-			continue
-		}
-		ip := p.Addr().Unmap()
+	out := make([]netip.Prefix, 0, len(as))
+	for _, ip := range as {
 		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -148,18 +149,11 @@ func resolveOne(host string) (netip.Addr, error) {
 	return as[0], nil
 }
 
-// ownAddress reports whether a is one of this machine's addresses.
+// ownAddress reports whether a is one of this machine's addresses; a list
+// that cannot be read counts as ours.
 func ownAddress(a netip.Addr) bool {
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return true // unknown: treat as our own
-	}
-	for _, ia := range as {
-		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a.Unmap() {
-			return true
-		}
-	}
-	return false
+	as, err := egress.HostAddrs()
+	return err != nil || slices.Contains(as, a.Unmap())
 }
 
 // viewURL is the owner link of a desktop session at the paired

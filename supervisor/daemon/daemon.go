@@ -136,7 +136,8 @@ type Daemon struct {
 	LiveView    *liveview.Manager
 	turnSecret  []byte
 	viewerTURN  []string
-	turnGuarded int // the TURN port the guards opened
+	turnRelay   string // the TURN relay's public host:port, "" when off
+	turnGuarded int    // the TURN port the guards opened
 }
 
 // New assembles a supervisor without starting it.

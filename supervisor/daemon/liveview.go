@@ -104,6 +104,7 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 		public = host
 	}
 	hp := net.JoinHostPort(public, strconv.Itoa(turnPort))
+	d.turnRelay = hp
 	d.viewerTURN = []string{"turn:" + hp + "?transport=udp", "turn:" + hp + "?transport=tcp"}
 	if tlsPort != 0 {
 		d.viewerTURN = append(d.viewerTURN, "turns:"+net.JoinHostPort(public, strconv.Itoa(tlsPort))+"?transport=tcp")
