@@ -201,8 +201,13 @@ func removeDeployment(log string) {
 // deployment returns the deployment id the supervisor logged at start.
 func (p *proc) deployment() string {
 	p.t.Helper()
-	_, rest, ok := strings.Cut(p.logs.String(), "deployment=")
-	if !ok {
+	// The supervisor answers before its "listening" line reaches the log.
+	var rest string
+	if !testkit.Poll(10*time.Second, func() bool {
+		var ok bool
+		_, rest, ok = strings.Cut(p.logs.String(), "deployment=")
+		return ok && strings.ContainsAny(rest, " \n")
+	}) {
 		p.t.Fatalf("no deployment id in the log:\n%s", p.logs.String())
 	}
 	return strings.Fields(rest)[0]

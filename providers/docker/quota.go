@@ -365,6 +365,9 @@ func (d *Docker) releaseDisk(ctx context.Context, v volume.Volume) error {
 			images = append(images, im)
 		}
 	}
+	if err := d.removeHelpersOf(ctx, v.Name); err != nil {
+		return fmt.Errorf("release disk volume %s: %w", v.Name, err)
+	}
 	var errs []error
 	for _, im := range images {
 		_, err := d.runHelper(ctx, im, v.Name, releaseScript)
@@ -377,6 +380,24 @@ func (d *Docker) releaseDisk(ctx context.Context, v volume.Volume) error {
 		}
 	}
 	return fmt.Errorf("release disk volume %s: %w", v.Name, errors.Join(errs...))
+}
+
+// removeHelpersOf removes the helper containers that mount a disk volume.
+// A helper outlives a process killed while it ran, and holds the volume
+// until removed; a loop device it attached is the release helper's to
+// detach.
+func (d *Docker) removeHelpersOf(ctx context.Context, diskVolume string) error {
+	f := make(client.Filters).Add("label", labelDiskHelper+"=true").Add("volume", diskVolume)
+	res, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return fmt.Errorf("list disk helpers: %w", d.engineErr(err))
+	}
+	for _, c := range res.Items {
+		if _, err := d.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove disk helper %s: %w", c.ID, d.engineErr(err))
+		}
+	}
+	return nil
 }
 
 // volumesOf lists a computer's volumes (of one attempt when attemptID is

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/clock"
@@ -296,5 +297,45 @@ func TestCollectorRemoveVolume(t *testing.T) {
 			t.Errorf("RemoveVolume(%s): %v", v, err)
 		}
 	}
+	requireReleased(t, uuid, file)
+}
+
+// TestDestroyRemovesLeftHelper: a disk helper left running by a process
+// killed while it ran (its container outlives it) holds the disk volume;
+// Destroy removes it and still releases the disk.
+func TestDestroyRemovesLeftHelper(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	d := newTestDocker(t, ctx, Options{DiskMB: 32})
+	root := hostDocker(t, ctx, d)
+	spec := testSpec(t)
+	m := create(t, ctx, d, spec)
+	_, uuid, file := diskOf(t, ctx, d, root, spec.ComputerID)
+	left, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image:      testImage,
+			Entrypoint: []string{"sleep", "600"},
+			Labels:     map[string]string{labelDiskHelper: "true"},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Mounts:      []mount.Mount{{Type: mount.TypeVolume, Source: DiskPrefix + spec.ComputerID, Target: "/disk"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.cli.ContainerRemove(context.Background(), left.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	if _, err := d.cli.ContainerStart(ctx, left.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Destroy(ctx, m.ID); err != nil {
+		t.Fatalf("Destroy with a helper left running: %v", err)
+	}
+	if _, err := d.cli.ContainerInspect(ctx, left.ID, client.ContainerInspectOptions{}); err == nil {
+		t.Error("the helper left running is still there")
+	}
+	requireGone(t, ctx, d, spec.ComputerID)
 	requireReleased(t, uuid, file)
 }
