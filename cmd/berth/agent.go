@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -33,20 +34,11 @@ its id unless --id is given.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Name = args[0]
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			a, err := c.CreateAgent(ctx, req)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, a)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "created agent %s (%s) in workspace %s\n", a.ID, a.Name, a.Workspace)
-			return err
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Agent, error) { return c.CreateAgent(ctx, req) },
+				func(a *api.Agent) error {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "created agent %s (%s) in workspace %s\n", a.ID, a.Name, a.Workspace)
+					return err
+				})
 		},
 	}
 	cmd.Flags().StringVar(&req.ID, "id", "", "the agent's id (default: chosen by the supervisor)")

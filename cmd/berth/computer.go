@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -100,21 +101,12 @@ start does.`,
 			if req.Credentials, err = parseCredentials(creds); err != nil {
 				return err
 			}
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			conn, err := c.Connect(ctx, req)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, conn)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "connected agent %s to %s: image %s, sessions up to %s, %s a day\n",
-				conn.Agent, conn.Provider, conn.Image, seconds2d(conn.LeaseSeconds), seconds2d(conn.DailySeconds))
-			return err
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Connection, error) { return c.Connect(ctx, req) },
+				func(conn *api.Connection) error {
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "connected agent %s to %s: image %s, sessions up to %s, %s a day\n",
+						conn.Agent, conn.Provider, conn.Image, seconds2d(conn.LeaseSeconds), seconds2d(conn.DailySeconds))
+					return err
+				})
 		},
 	}
 	f := cmd.Flags()
@@ -170,26 +162,22 @@ func newStartCmd() *cobra.Command {
 		Short: "Start the agent's computer, or show the one running",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, agent, err := agentCmd(cmd)
+			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, raw := answerContext(cmd)
-			s, err := c.Start(ctx, agent)
-			if err != nil {
-				return err
-			}
-			if s == nil {
-				return errors.New("the supervisor answered without a session")
-			}
-			if !s.Live() {
-				return fmt.Errorf("the supervisor answered session %s %s: no computer was started; run berth computer start again", s.ID, s.State)
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, s)
-			}
-			printSession(cmd, agent, s)
-			return nil
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Session, error) {
+				s, err := c.Start(ctx, agent)
+				switch {
+				case err != nil:
+					return nil, err
+				case s == nil:
+					return nil, errors.New("the supervisor answered without a session")
+				case !s.Live():
+					return nil, fmt.Errorf("the supervisor answered session %s %s: no computer was started; run berth computer start again", s.ID, s.State)
+				}
+				return s, nil
+			}, func(s *api.Session) error { printSession(cmd, agent, s); return nil })
 		},
 	}
 }
@@ -244,28 +232,18 @@ func newListCmd() *cobra.Command {
 		Short:   "List every agent's computer: provider, image and session",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			list, err := c.Computers(ctx)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "AGENT\tPROVIDER\tIMAGE\tSESSION")
-			for _, x := range list {
-				sess := "none"
-				if x.Session != nil {
-					sess = sessionLine(x.Session)
+			return printed(cmd, func(ctx context.Context, c *api.Client) ([]api.Computer, error) { return c.Computers(ctx) }, func(list []api.Computer) error {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "AGENT\tPROVIDER\tIMAGE\tSESSION")
+				for _, x := range list {
+					sess := "none"
+					if x.Session != nil {
+						sess = sessionLine(x.Session)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Agent, x.Provider, x.Image, sess)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Agent, x.Provider, x.Image, sess)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 }
@@ -276,38 +254,33 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the agent's connection, session and budget",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, agent, err := agentCmd(cmd)
+			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, raw := answerContext(cmd)
-			st, err := c.Status(ctx, agent)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, st)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			conn, b := st.Connection, st.Budget
-			fmt.Fprintf(tw, "agent\t%s\n", agent)
-			fmt.Fprintf(tw, "provider\t%s\n", conn.Provider)
-			fmt.Fprintf(tw, "image\t%s\n", conn.Image)
-			fmt.Fprintf(tw, "lease\t%s\n", seconds2d(conn.LeaseSeconds))
-			if st.Session == nil {
-				fmt.Fprintf(tw, "session\tnone\n")
-			} else {
-				fmt.Fprintf(tw, "session\t%s\n", sessionLine(st.Session))
-			}
-			fmt.Fprintf(tw, "budget\t%s left of %s today (%s used, %s reserved), resets %s\n",
-				seconds2d(b.LeftSeconds), seconds2d(b.DailySeconds), seconds2d(b.UsedSeconds), seconds2d(b.ReservedSeconds), when(b.ResetsAt))
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if st.Session != nil {
-				warnSession(cmd, agent, st.Session)
-			}
-			return nil
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.ComputerStatus, error) { return c.Status(ctx, agent) },
+				func(st *api.ComputerStatus) error {
+					tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+					conn, b := st.Connection, st.Budget
+					fmt.Fprintf(tw, "agent\t%s\n", agent)
+					fmt.Fprintf(tw, "provider\t%s\n", conn.Provider)
+					fmt.Fprintf(tw, "image\t%s\n", conn.Image)
+					fmt.Fprintf(tw, "lease\t%s\n", seconds2d(conn.LeaseSeconds))
+					if st.Session == nil {
+						fmt.Fprintf(tw, "session\tnone\n")
+					} else {
+						fmt.Fprintf(tw, "session\t%s\n", sessionLine(st.Session))
+					}
+					fmt.Fprintf(tw, "budget\t%s left of %s today (%s used, %s reserved), resets %s\n",
+						seconds2d(b.LeftSeconds), seconds2d(b.DailySeconds), seconds2d(b.UsedSeconds), seconds2d(b.ReservedSeconds), when(b.ResetsAt))
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if st.Session != nil {
+						warnSession(cmd, agent, st.Session)
+					}
+					return nil
+				})
 		},
 	}
 }
@@ -460,7 +433,7 @@ checks them against what it sent.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := args[0]
-			c, agent, err := agentCmd(cmd)
+			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
@@ -468,19 +441,19 @@ checks them against what it sent.`,
 			if err != nil {
 				return err
 			}
-			ctx, raw := answerContext(cmd)
-			res, err := c.WriteFile(ctx, agent, api.WriteFileRequest{Path: path, Content: content})
-			if err != nil {
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.WriteFileResult, error) {
+				res, err := c.WriteFile(ctx, agent, api.WriteFileRequest{Path: path, Content: content})
+				if err != nil {
+					return nil, err
+				}
+				if err := checkWrite(content, res); err != nil {
+					return nil, fmt.Errorf("%s: %w", path, err)
+				}
+				return res, nil
+			}, func(res *api.WriteFileResult) error {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "wrote %d bytes to %s, sha256 %s\n", res.Bytes, path, res.SHA256)
 				return err
-			}
-			if err := checkWrite(content, res); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, res)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %d bytes to %s, sha256 %s\n", res.Bytes, path, res.SHA256)
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "local file to send (default: stdin)")
@@ -537,20 +510,12 @@ func newStopCmd() *cobra.Command {
 		Short: "Stop and discard the agent's computer",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, agent, err := agentCmd(cmd)
+			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, raw := answerContext(cmd)
-			s, err := c.Stop(ctx, agent)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, s)
-			}
-			printSession(cmd, agent, s)
-			return nil
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Session, error) { return c.Stop(ctx, agent) },
+				func(s *api.Session) error { printSession(cmd, agent, s); return nil })
 		},
 	}
 }
@@ -589,25 +554,19 @@ closes the session. Confirm only after checking: a machine left running at
 the provider is no longer tracked by Berth.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, agent, err := agentCmd(cmd)
+			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
-			ctx, raw := answerContext(cmd)
-			s, err := c.ConfirmCleanup(ctx, agent)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, s)
-			}
-			out := cmd.OutOrStdout()
-			if s == nil {
-				_, err = fmt.Fprintf(out, "cleanup confirmed for agent %s\n", agent)
-				return err
-			}
-			_, err = fmt.Fprintf(out, "cleanup confirmed; session %s\n", sessionLine(s))
-			return err
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Session, error) { return c.ConfirmCleanup(ctx, agent) },
+				func(s *api.Session) error {
+					if s == nil {
+						_, err := fmt.Fprintf(cmd.OutOrStdout(), "cleanup confirmed for agent %s\n", agent)
+						return err
+					}
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "cleanup confirmed; session %s\n", sessionLine(s))
+					return err
+				})
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -49,21 +50,12 @@ func newKeyCreateCmd() *cobra.Command {
 				return usagef("--expires: must not be negative")
 			}
 			req.ExpiresInSeconds = int(expires.Seconds())
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			k, err := c.CreateKey(ctx, req)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, k)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), k.Secret)
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s (%s) made; its secret is shown only this once\n", k.ID, k.Scope)
-			return nil
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Key, error) { return c.CreateKey(ctx, req) },
+				func(k *api.Key) error {
+					fmt.Fprintln(cmd.OutOrStdout(), k.Secret)
+					fmt.Fprintf(cmd.ErrOrStderr(), "key %s (%s) made; its secret is shown only this once\n", k.ID, k.Scope)
+					return nil
+				})
 		},
 	}
 	cmd.Flags().StringVar(&req.Name, "name", "", "the key's name (default: its agent, workspace or scope)")
@@ -82,32 +74,26 @@ func newKeyListCmd() *cobra.Command {
 		Short:   "List API keys (never their secrets)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			ks, err := c.Keys(ctx)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, api.KeyList{Keys: ks})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSCOPE\tWORKSPACE\tAGENT\tCREATED\tLAST USED\tSTATUS")
-			for _, k := range ks {
-				status := "active"
-				switch {
-				case !k.RevokedAt.IsZero():
-					status = "revoked"
-				case !k.ExpiresAt.IsZero() && !time.Now().Before(k.ExpiresAt):
-					status = "expired"
+			return printed(cmd, func(ctx context.Context, c *api.Client) (api.KeyList, error) {
+				ks, err := c.Keys(ctx)
+				return api.KeyList{Keys: ks}, err
+			}, func(list api.KeyList) error {
+				ks := list.Keys
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tSCOPE\tWORKSPACE\tAGENT\tCREATED\tLAST USED\tSTATUS")
+				for _, k := range ks {
+					status := "active"
+					switch {
+					case !k.RevokedAt.IsZero():
+						status = "revoked"
+					case !k.ExpiresAt.IsZero() && !time.Now().Before(k.ExpiresAt):
+						status = "expired"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Scope, dash(k.Workspace), dash(k.Agent),
+						k.CreatedAt.UTC().Format(time.RFC3339), when(k.LastUsedAt), status)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Scope, dash(k.Workspace), dash(k.Agent),
-					k.CreatedAt.UTC().Format(time.RFC3339), when(k.LastUsedAt), status)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 }

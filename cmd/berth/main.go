@@ -283,6 +283,24 @@ func jsonOutput(cmd *cobra.Command) bool {
 	return v
 }
 
+// printed calls the supervisor with the command's client and prints the
+// answer: as it came with --json, else with text.
+func printed[T any](cmd *cobra.Command, call func(context.Context, *api.Client) (T, error), text func(T) error) error {
+	c, err := newClient(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, raw := answerContext(cmd)
+	v, err := call(ctx, c)
+	if err != nil {
+		return err
+	}
+	if jsonOutput(cmd) {
+		return printAnswer(cmd, raw, v)
+	}
+	return text(v)
+}
+
 // answerContext returns the command's context, under which the client
 // keeps the supervisor's answer as it came, for printAnswer.
 func answerContext(cmd *cobra.Command) (context.Context, *json.RawMessage) {

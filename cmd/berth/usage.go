@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -39,19 +40,8 @@ period.`,
 			if !req.From.IsZero() && !req.To.IsZero() && !req.To.After(req.From) {
 				return usagef("--to must be after --from")
 			}
-			c, err := newClient(cmd)
-			if err != nil {
-				return err
-			}
-			ctx, raw := answerContext(cmd)
-			u, err := c.Usage(ctx, req)
-			if err != nil {
-				return err
-			}
-			if jsonOutput(cmd) {
-				return printAnswer(cmd, raw, u)
-			}
-			return printUsage(cmd, u)
+			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Usage, error) { return c.Usage(ctx, req) },
+				func(u *api.Usage) error { return printUsage(cmd, u) })
 		},
 	}
 	cmd.Flags().StringVar(&by, "by", api.ByProvider, "group by provider or workspace")
