@@ -96,7 +96,8 @@ type Options struct {
 type EgressOptions struct {
 	// Listen is EGRESS_LISTEN: "off", HOST:PORT, or :PORT for the docker0
 	// bridge's address (reachable from computers through their gateway, not
-	// from other hosts); empty means :3128.
+	// from other hosts); empty means :3128 when a configured provider's
+	// computers use the proxy (providers.EgressUser), and off otherwise.
 	Listen string
 	// BlockedCIDRs is EGRESS_BLOCKED_CIDRS, parsed.
 	BlockedCIDRs []netip.Prefix
@@ -365,12 +366,30 @@ func (d *Daemon) guardHost(ctx context.Context, port int) error {
 	return nil
 }
 
+// egressUsed reports whether a configured provider's computers use the
+// supervisor's egress proxy.
+func (d *Daemon) egressUsed() bool {
+	for _, p := range d.Providers {
+		if providers.UsesSupervisorEgress(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // listenEgress opens the egress proxy's listener and, with a provider
 // whose computers run on this host (a providers.HostGuard), closes every
 // other way from a computer to the host. It returns
 // the address computers use, or "" when egress is off.
 func (d *Daemon) listenEgress(ctx context.Context) (string, error) {
 	o := d.opts.Egress
+	if o.Listen == "" && !d.egressUsed() {
+		// A supervisor of hosted providers, lenders or other supervisors
+		// only: their computers have their own way out, and this host may
+		// have no Docker and no docker0 at all.
+		d.log.Info("egress proxy not started: no configured provider's computers use it (set EGRESS_LISTEN to start it)")
+		return "", d.guardHost(ctx, 0)
+	}
 	if o.Listen == "off" {
 		d.log.Warn("egress proxy off: Docker computers have no way out")
 		return "", d.guardHost(ctx, 0)
