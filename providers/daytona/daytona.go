@@ -206,9 +206,9 @@ func (d *Daytona) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		req["target"] = d.o.Target
 	}
 	var sb sandbox
-	if code, err := d.call(ctx, c, http.MethodPost, "/sandbox", req, &sb); err != nil {
-		if code == http.StatusNotFound || code == http.StatusBadRequest {
-			return providers.Machine{}, fmt.Errorf("create computer %s: snapshot %q: %w: %v", spec.ComputerID, snapshot, providers.ErrBadImage, err)
+	if _, err := d.call(ctx, c, http.MethodPost, "/sandbox", req, &sb); err != nil {
+		if errors.Is(err, providers.ErrBadImage) {
+			return providers.Machine{}, fmt.Errorf("create computer %s: snapshot %q: %w", spec.ComputerID, snapshot, err)
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
@@ -382,14 +382,29 @@ func (d *Daytona) call(ctx context.Context, c map[string]string, method, path st
 }
 
 // failure reads Daytona's error answer, {"statusCode", "error",
-// "message"}: a 403 about a quota is no room, not a refused key; for the
-// rest the status says.
+// "message"}: a 403 about a quota is no room, not a refused key; a 400
+// saying "Snapshot <name> not found" (or that it is not active) is a
+// missing image, as Daytona answers a create from a snapshot it does not
+// have (apps/api/src/sandbox/services/sandbox.service.ts throws
+// BadRequestError "Snapshot ${name} not found. Did you add it through the
+// Daytona Dashboard?" and "Snapshot ${name} is ${state}"); for the rest
+// the status says (a 400 is a refusal with Daytona's message).
 func failure(status int, raw []byte) (string, error) {
 	msg := hosted.Message(raw)
-	if status == http.StatusForbidden && strings.Contains(strings.ToLower(msg), "quota") {
+	switch {
+	case status == http.StatusForbidden && strings.Contains(strings.ToLower(msg), "quota"):
 		return msg, providers.ErrCapacity
+	case status == http.StatusBadRequest && snapshotMissing(msg):
+		return msg, providers.ErrBadImage
 	}
 	return msg, nil
+}
+
+// snapshotMissing reports whether Daytona's message says a snapshot is
+// missing or not usable.
+func snapshotMissing(msg string) bool {
+	name, ok := strings.CutPrefix(msg, "Snapshot ")
+	return ok && (strings.Contains(name, " not found") || strings.Contains(name, " is "))
 }
 
 var (

@@ -1,9 +1,12 @@
 package daytona_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +33,9 @@ const (
 
 func newFake(t providertest.T, log *slog.Logger) (*daytonafake.Fake, *daytona.Daytona, map[string]string) {
 	key := fmt.Sprintf("dtn_%d_secret", time.Now().UnixNano())
-	f := daytonafake.New(t, key, headless, desktop)
+	f := daytonafake.New(t, key,
+		daytonafake.Snapshot{Name: headless, Entrypoint: imageEntrypoint(t, "headless")},
+		daytonafake.Snapshot{Name: desktop, Entrypoint: imageEntrypoint(t, "desktop")})
 	f.Organization = org
 	tr := f.Transport()
 	t.Cleanup(tr.CloseIdleConnections)
@@ -42,6 +47,25 @@ func newFake(t providertest.T, log *slog.Logger) (*daytonafake.Fake, *daytona.Da
 		t.Fatalf("daytona.New: %v", err)
 	}
 	return f, p, map[string]string{daytona.CredAPIKey: key, daytona.CredOrganization: org}
+}
+
+// imageEntrypoint reads the ENTRYPOINT (exec form) of one of Berth's image
+// Dockerfiles: what a Daytona snapshot made from that image runs.
+func imageEntrypoint(t providertest.T, image string) []string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "images", image, "Dockerfile"))
+	if err != nil {
+		t.Fatalf("read the %s image's Dockerfile: %v", image, err)
+	}
+	var ep []string
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ENTRYPOINT "); ok {
+			ep = nil
+			if err := json.Unmarshal([]byte(rest), &ep); err != nil {
+				t.Fatalf("the %s image's ENTRYPOINT %s is not in exec form: %v", image, rest, err)
+			}
+		}
+	}
+	return ep
 }
 
 // TestConformance runs the provider suite against the fake Daytona API.
@@ -121,6 +145,12 @@ func TestErrors(t *testing.T) {
 	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("unknown snapshot: %v", err)
 	}
+	// A 400 that does not say a snapshot is missing is the provider
+	// refusing the request, with its message.
+	f.FailNext(400)
+	if _, err := p.Create(t.Context(), s); !errors.Is(err, providers.ErrRefused) || errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "Bad Request") {
+		t.Errorf("a 400 on create: %v, want a refusal with Daytona's message", err)
+	}
 	f.FailNextDeletes(1)
 	m, err := p.Create(t.Context(), s)
 	if err != nil {
@@ -165,6 +195,35 @@ func TestStartFails(t *testing.T) {
 	}
 	if sbs := f.Sandboxes(); len(sbs) != 0 {
 		t.Errorf("sandboxes left: %+v", sbs)
+	}
+}
+
+// TestSnapshotWithoutEntrypoint: Daytona runs a snapshot's entrypoint or
+// its image's ENTRYPOINT, never the image's CMD, so a snapshot of an image
+// that starts computerd only through CMD makes a sandbox whose computerd
+// never answers; Berth's images start it through ENTRYPOINT.
+func TestSnapshotWithoutEntrypoint(t *testing.T) {
+	for _, image := range []string{"headless", "desktop"} {
+		if ep := imageEntrypoint(t, image); len(ep) == 0 {
+			t.Errorf("the %s image has no ENTRYPOINT: a Daytona snapshot of it would not start computerd", image)
+		}
+	}
+	key := "dtn_cmd_only_secret"
+	f := daytonafake.New(t, key, daytonafake.Snapshot{Name: headless}) // an image with only a CMD
+	tr := f.Transport()
+	t.Cleanup(tr.CloseIdleConnections)
+	p, err := daytona.New(daytona.Options{APIURL: f.URL, HeadlessSnapshot: headless, DesktopSnapshot: desktop, Transport: tr, PollInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec(map[string]string{daytona.CredAPIKey: key})
+	m, err := p.Create(t.Context(), s)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(p.Transport(m, s.Credentials)))
+	if _, err := c.Health(t.Context()); err == nil {
+		t.Fatal("computerd answered in a sandbox whose snapshot has no entrypoint")
 	}
 }
 

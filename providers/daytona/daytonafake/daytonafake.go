@@ -18,6 +18,15 @@
 //     organization, a matching X-Daytona-Organization-ID; errors are
 //     {path, timestamp, statusCode, error, message}.
 //
+// A sandbox runs what its snapshot's entrypoint names, or its image's
+// ENTRYPOINT, never the image's CMD: Daytona's runner makes its own daemon
+// the container's entrypoint and gives it, as the command to run, the
+// snapshot's entrypoint or else the image's ENTRYPOINT
+// (apps/runner/pkg/docker/container_configs.go, getContainerCreateConfig;
+// commit 01e64aa8). The fake starts computerd only when that command is
+// computerd or desktop-start; otherwise the sandbox starts and its port
+// 7070 never answers, as on Daytona.
+//
 // Preview URLs (https://<port>-<sandboxId>.<proxy domain>) are served by a
 // second listener (see Transport) that checks x-daytona-preview-token on
 // private sandboxes and forwards port 7070 to the sandbox's computerd, a
@@ -43,6 +52,24 @@ const ProxyDomain = "proxy.daytona.test"
 // T is what the fake needs from a test.
 type T = fakeapi.T
 
+// Snapshot is a snapshot the fake knows, with the command its sandboxes
+// run: the snapshot's entrypoint, or its image's ENTRYPOINT.
+type Snapshot struct {
+	Name       string
+	Entrypoint []string
+}
+
+// startsComputerd reports whether a sandbox running entrypoint starts
+// computerd: Berth's headless image runs computerd, its desktop image
+// desktop-start, which starts computerd after X.
+func startsComputerd(entrypoint []string) bool {
+	if len(entrypoint) == 0 {
+		return false
+	}
+	base := entrypoint[0][strings.LastIndex(entrypoint[0], "/")+1:]
+	return base == "computerd" || base == "desktop-start"
+}
+
 // Sandbox is a sandbox the fake holds.
 type Sandbox struct {
 	ID               string
@@ -64,7 +91,7 @@ type Fake struct {
 	*fakeapi.Server
 	Key          string
 	Organization string // required in X-Daytona-Organization-ID when set
-	Snapshots    map[string]bool
+	Snapshots    map[string][]string // name: the entrypoint its sandboxes run
 
 	edge      *fakeapi.Edge
 	dir       string
@@ -78,13 +105,13 @@ type Fake struct {
 func (f *Fake) FailNextStart(reason string) { f.failStart.Store(&reason) }
 
 // New starts a fake Daytona that accepts key and knows snapshots.
-func New(t T, key string, snapshots ...string) *Fake {
-	f := &Fake{Key: key, Snapshots: map[string]bool{}, dir: t.TempDir(), sandboxes: fakeapi.NewFleet(t,
+func New(t T, key string, snapshots ...Snapshot) *Fake {
+	f := &Fake{Key: key, Snapshots: map[string][]string{}, dir: t.TempDir(), sandboxes: fakeapi.NewFleet(t,
 		func(s *Sandbox) *fakeapi.Computer { return s.computer },
 		func(s *Sandbox) map[string]string { return s.Labels })}
 	f.pageSize.Store(100)
 	for _, s := range snapshots {
-		f.Snapshots[s] = true
+		f.Snapshots[s.Name] = s.Entrypoint
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sandbox", f.create)
@@ -153,8 +180,11 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "invalid body")
 		return
 	}
-	if !f.Snapshots[req.Snapshot] {
-		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Snapshot %s not found. Did you add it through the Daytona Dashboard?", req.Snapshot))
+	entrypoint, ok := f.Snapshots[req.Snapshot]
+	if !ok {
+		// A 400, not a 404 (apps/api/src/sandbox/services/sandbox.service.ts,
+		// BadRequestError).
+		writeError(w, r, http.StatusBadRequest, fmt.Sprintf("Snapshot %s not found. Did you add it through the Daytona Dashboard?", req.Snapshot))
 		return
 	}
 	stop := 15
@@ -171,10 +201,13 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	c, err := fakeapi.StartComputer(f.dir, req.Env[computerd.EnvTokenHash], req.Env)
-	if err != nil {
-		writeError(w, r, http.StatusInternalServerError, "An unexpected error occurred.")
-		return
+	var c *fakeapi.Computer
+	if startsComputerd(entrypoint) {
+		var err error
+		if c, err = fakeapi.StartComputer(f.dir, req.Env[computerd.EnvTokenHash], req.Env); err != nil {
+			writeError(w, r, http.StatusInternalServerError, "An unexpected error occurred.")
+			return
+		}
 	}
 	s := &Sandbox{
 		ID: fakeapi.RandomHex(16), Name: req.Name, Snapshot: req.Snapshot, State: "creating", Env: req.Env,
@@ -295,7 +328,7 @@ func (f *Fake) route(w http.ResponseWriter, r *http.Request, label string) strin
 		http.Error(w, "sandbox not found or not started", http.StatusNotFound)
 	case !s.Public && r.Header.Get("x-daytona-preview-token") != s.Token:
 		http.Error(w, "unauthorized: missing or wrong preview token", http.StatusUnauthorized)
-	case port != strconv.Itoa(computerd.Port):
+	case port != strconv.Itoa(computerd.Port) || s.computer == nil:
 		http.Error(w, "port not open", http.StatusBadGateway)
 	default:
 		return s.computer.URL

@@ -281,6 +281,9 @@ func StartComputer(dir, tokenHash string, env map[string]string) (*Computer, err
 
 // Close stops the computer and removes its home.
 func (c *Computer) Close() {
+	if c == nil { // a machine whose computerd never started
+		return
+	}
 	c.srv.Close()
 	os.RemoveAll(c.home)
 }
