@@ -61,7 +61,8 @@ type T = fakeapi.T
 // DefaultMaxLengthHours is the longest a sandbox may live, in hours, on
 // an account of E2B's base tier: infra's migration
 // packages/db/migrations/20240219190940_add_max_length_hours.sql gives the
-// tiers 1 hour, and a create or connect asking more is refused (see
+// tiers 1 hour, and https://e2b.dev/docs/sandbox says 1 hour on the Base
+// tier and 24 on Pro. A create or connect asking more is refused (see
 // create).
 const DefaultMaxLengthHours = 1
 
