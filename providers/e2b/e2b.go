@@ -11,16 +11,21 @@
 // The API is E2B's REST API (https://e2b.dev/docs/api-reference, the
 // OpenAPI file spec/openapi.yml of github.com/e2b-dev/E2B): POST
 // /sandboxes, GET /v2/sandboxes, DELETE /sandboxes/{sandboxID} and POST
-// /sandboxes/{sandboxID}/connect, authenticated with X-API-Key.
+// /sandboxes/{sandboxID}/connect, authenticated with X-API-Key. A create
+// sends what E2B's own SDKs send (secure and allow_internet_access), since
+// the API refuses port URLs closed to the public without secure; the fake
+// (e2bfake) holds every call to the document and to those server rules.
 package e2b
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,10 +140,11 @@ type Options struct {
 
 // Provider is an E2B-compatible provider.
 type Provider struct {
-	o     Options
-	api   *httpapi.Client
-	creds hosted.Credentials
-	log   *slog.Logger
+	o      Options
+	api    *httpapi.Client
+	create *httpapi.Client // api, reading a create's answers (createFailure)
+	creds  hosted.Credentials
+	log    *slog.Logger
 
 	mu     sync.Mutex
 	tokens map[string]string // traffic tokens by sandbox id, for machines found by List
@@ -166,12 +172,15 @@ func New(o Options) (*Provider, error) {
 	if o.HeadlessTemplate == "" || o.DesktopTemplate == "" {
 		return nil, fmt.Errorf("%s: the headless and desktop template names are required", o.Name)
 	}
+	api := &httpapi.Client{
+		BaseURL: o.APIURL, HTTP: &http.Client{Transport: o.Transport}, Timeout: 2 * time.Minute, KeyName: CredAPIKey,
+		Auth:    func(h http.Header, key string) { h.Set("X-API-Key", key) },
+		Failure: failure,
+	}
+	create := *api
+	create.Failure = createFailure
 	return &Provider{o: o, log: o.Logger.With("component", o.Name), tokens: map[string]string{},
-		api: &httpapi.Client{
-			BaseURL: o.APIURL, HTTP: &http.Client{Transport: o.Transport}, Timeout: 2 * time.Minute, KeyName: CredAPIKey,
-			Auth:    func(h http.Header, key string) { h.Set("X-API-Key", key) },
-			Failure: failure,
-		},
+		api: api, create: &create,
 		creds: hosted.Credentials{Provider: o.Name, List: []hosted.Credential{
 			{Name: CredAPIKey, Want: "the " + o.Name + " account's API key"}}},
 	}, nil
@@ -180,14 +189,18 @@ func New(o Options) (*Provider, error) {
 // CheckCredentials requires a non-empty apiKey and nothing else.
 func (p *Provider) CheckCredentials(c map[string]string) error { return p.creds.Check(c) }
 
-// newSandbox is the body of POST /sandboxes.
+// newSandbox is the body of POST /sandboxes (NewSandbox). Secure and
+// AllowInternetAccess are always sent, as E2B's SDKs send them; the API
+// refuses network.allowPublicTraffic false unless secure is true.
 type newSandbox struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    int               `json:"timeout"`
-	AutoPause  bool              `json:"autoPause"`
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	Network    *network          `json:"network,omitempty"`
+	TemplateID          string            `json:"templateID"`
+	Timeout             int               `json:"timeout"`
+	AutoPause           bool              `json:"autoPause"`
+	Secure              bool              `json:"secure"`
+	AllowInternetAccess bool              `json:"allow_internet_access"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Network             *network          `json:"network,omitempty"`
 }
 
 type network struct {
@@ -218,20 +231,25 @@ func (p *Provider) template(kind string) string {
 
 // Create creates a sandbox from the template of spec.Image with Berth's
 // labels as metadata, the computer's environment and token hash as its
-// variables, the lease (plus Grace) as its timeout, and its port URLs
-// closed to requests without the traffic token.
+// variables, the lease (plus Grace) as its timeout, secure envd access, and
+// its port URLs closed to requests without the traffic token. A template
+// the API does not know is providers.ErrBadImage; a request it refuses
+// (400: a timeout above the account's limit, a template reference that is
+// not valid) a *providers.RefusedError with the API's message.
 func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	req := newSandbox{
-		TemplateID: p.template(spec.Image),
-		Timeout:    int(hosted.Timeout(spec, Grace) / time.Second),
-		Metadata:   spec.Labels(),
-		EnvVars:    hosted.Env(spec),
-		Network:    &network{AllowPublicTraffic: false},
+		TemplateID:          p.template(spec.Image),
+		Timeout:             int(hosted.Timeout(spec, Grace) / time.Second),
+		Secure:              true,
+		AllowInternetAccess: true,
+		Metadata:            spec.Labels(),
+		EnvVars:             hosted.Env(spec),
+		Network:             &network{AllowPublicTraffic: false},
 	}
 	var sb sandbox
-	if code, err := p.call(ctx, spec.Credentials[CredAPIKey], http.MethodPost, "/sandboxes", req, &sb); err != nil {
-		if code == http.StatusNotFound || code == http.StatusBadRequest {
-			return providers.Machine{}, fmt.Errorf("create computer %s: template %q: %w: %v", spec.ComputerID, req.TemplateID, providers.ErrBadImage, err)
+	if _, err := p.call(ctx, p.create, spec.Credentials[CredAPIKey], http.MethodPost, "/sandboxes", req, &sb); err != nil {
+		if errors.Is(err, providers.ErrBadImage) {
+			return providers.Machine{}, fmt.Errorf("create computer %s: template %q: %w", spec.ComputerID, req.TemplateID, err)
 		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, err)
 	}
@@ -262,7 +280,7 @@ func (p *Provider) machine(id string, domain *string, labels map[string]string) 
 // done. The key comes from the context (providers.WithCredentials).
 func (p *Provider) Destroy(ctx context.Context, machineID string) error {
 	key := providers.CredentialsFrom(ctx)[CredAPIKey]
-	if code, err := p.call(ctx, key, http.MethodDelete, "/sandboxes/"+url.PathEscape(machineID), nil, nil); err != nil && code != http.StatusNotFound {
+	if code, err := p.call(ctx, p.api, key, http.MethodDelete, "/sandboxes/"+url.PathEscape(machineID), nil, nil); err != nil && code != http.StatusNotFound {
 		return fmt.Errorf("destroy %s: %w", machineID, err)
 	}
 	p.mu.Lock()
@@ -346,7 +364,7 @@ func (p *Provider) trafficToken(ctx context.Context, id, key string) (string, er
 		return tok, nil
 	}
 	var sb sandbox
-	if _, err := p.call(ctx, key, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", map[string]int{"timeout": 0}, &sb); err != nil {
+	if _, err := p.call(ctx, p.api, key, http.MethodPost, "/sandboxes/"+url.PathEscape(id)+"/connect", map[string]int{"timeout": 0}, &sb); err != nil {
 		return "", fmt.Errorf("traffic token of sandbox %s: %w", id, err)
 	}
 	if sb.TrafficAccessToken != nil {
@@ -358,11 +376,11 @@ func (p *Provider) trafficToken(ctx context.Context, id, key string) (string, er
 	return tok, nil
 }
 
-// call sends one API call with key; an answer of 429 says when to try
-// again, as E2B's Retry-After does.
-func (p *Provider) call(ctx context.Context, key, method, path string, body, out any) (int, error) {
+// call sends one API call with key through cl; an answer of 429 says when
+// to try again, as E2B's Retry-After does.
+func (p *Provider) call(ctx context.Context, cl *httpapi.Client, key, method, path string, body, out any) (int, error) {
 	reply := http.Header{}
-	code, err := p.api.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body, Reply: reply}, out)
+	code, err := cl.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body, Reply: reply}, out)
 	if code == http.StatusTooManyRequests {
 		if s, perr := strconv.Atoi(reply.Get("Retry-After")); perr == nil {
 			err = fmt.Errorf("%w (retry after %d s)", err, s)
@@ -374,6 +392,32 @@ func (p *Provider) call(ctx context.Context, key, method, path string, body, out
 // failure reads E2B's error answer, {"code", "message"}; the status says
 // what it means.
 func failure(_ int, raw []byte) (string, error) { return hosted.Message(raw), nil }
+
+// createFailure reads the answer to a create. A 404 is a missing template
+// only when the API says so: E2B's API server answers "template '<id>' not
+// found", or "tag '<tag>' does not exist for template '<id>'"
+// (packages/api/internal/cache/templates/errors.go of
+// github.com/e2b-dev/infra). Any other 404 (no such route: an API URL
+// that is not E2B's) means no machine gone, and is a plain error. The
+// other statuses mean what they do for every call: 400 a refusal with the
+// API's message.
+func createFailure(status int, raw []byte) (string, error) {
+	msg := hosted.Message(raw)
+	if status != http.StatusNotFound {
+		return msg, nil
+	}
+	if templateMissing(msg) {
+		return msg, providers.ErrBadImage
+	}
+	return msg, httpapi.Plain
+}
+
+// templateMissing reports whether msg, the message of a 404 to a create,
+// says that the template (or its tag) does not exist.
+func templateMissing(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.Contains(m, "template") && (strings.Contains(m, "not found") || strings.Contains(m, "does not exist"))
+}
 
 var (
 	_ providers.Provider          = (*Provider)(nil)

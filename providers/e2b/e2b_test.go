@@ -73,7 +73,8 @@ func testSpec(key string) providers.Spec {
 
 // TestCreateRequest checks what a create sends: the template, the lease
 // plus grace as E2B's timeout, Berth's labels as metadata, the computer's
-// variables (and never the key), and closed port URLs.
+// variables (and never the key), closed port URLs, and secure and
+// allow_internet_access, as E2B's SDKs send them.
 func TestCreateRequest(t *testing.T) {
 	f, p, key := newFake(t, nil)
 	spec := testSpec(key)
@@ -88,6 +89,9 @@ func TestCreateRequest(t *testing.T) {
 	providertest.CheckCreated(t, spec, s.Metadata, s.EnvVars)
 	if s.Public {
 		t.Error("port URLs are public: want allowPublicTraffic false")
+	}
+	if s.Secure == nil || !*s.Secure || s.AllowInternetAccess == nil || !*s.AllowInternetAccess {
+		t.Errorf("secure %v, allow_internet_access %v: want both sent true", s.Secure, s.AllowInternetAccess)
 	}
 	if m.ID != s.ID || m.Endpoint != "http://7070-"+s.ID+"."+e2bfake.Domain || m.Header.Get(e2b.TrafficTokenHeader) != s.Token {
 		t.Errorf("machine %+v", m)
@@ -132,20 +136,62 @@ func TestErrors(t *testing.T) {
 	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("wrong key: %v", err)
 	}
-	bad, err := e2b.New(e2b.Options{APIURL: f.URL, HeadlessTemplate: "missing", DesktopTemplate: "missing", Transport: f.Transport()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec.Credentials = map[string]string{e2b.CredAPIKey: key}
-	if _, err := bad.Create(t.Context(), spec); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "missing") {
-		t.Errorf("unknown template: %v, want ErrBadImage naming it", err)
-	}
 	if err := p.Destroy(t.Context(), "x"); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("destroy without credentials in the context: %v", err)
 	}
 	f.Close()
 	if _, err := p.Create(t.Context(), spec); !errors.Is(err, providers.ErrUnavailable) {
 		t.Errorf("API down: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestCreateRefused maps what E2B answers to a create it refuses: a
+// template it does not know (404 saying so) is a missing image naming it;
+// a 400 is a definite refusal carrying the API's message, not a missing
+// image; a 404 that is not about the template (an API URL that is not
+// E2B's) is neither a missing image nor a machine gone.
+func TestCreateRefused(t *testing.T) {
+	f, _, key := newFake(t, nil)
+	provider := func(apiURL, template string) *e2b.Provider {
+		p, err := e2b.New(e2b.Options{APIURL: apiURL, HeadlessTemplate: template, DesktopTemplate: template, Transport: f.Transport()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	spec := testSpec(key)
+
+	for _, tpl := range []string{"missing", "berth-headless:v2"} {
+		_, err := provider(f.URL, tpl).Create(t.Context(), spec)
+		if !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), tpl) || errors.Is(err, providers.ErrRefused) {
+			t.Errorf("template %q unknown: %v, want ErrBadImage naming it", tpl, err)
+		}
+	}
+
+	long := spec
+	long.Lease = 2 * time.Hour // above the base tier's hour
+	_, err := provider(f.URL, headless).Create(t.Context(), long)
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || errors.Is(err, providers.ErrBadImage) || !strings.Contains(re.Message, "1 hours") || strings.Contains(err.Error(), key) {
+		t.Errorf("timeout above the tier: %v, want a refusal with the API's message", err)
+	}
+	_, err = provider(f.URL, "Not A Template!").Create(t.Context(), spec)
+	if !errors.As(err, &re) || errors.Is(err, providers.ErrBadImage) || !strings.Contains(re.Message, "template reference") {
+		t.Errorf("template reference not valid: %v, want a refusal with the API's message", err)
+	}
+
+	_, err = provider(f.URL+"/v1", headless).Create(t.Context(), spec)
+	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "no matching operation") {
+		t.Fatalf("no such route: %v, want the 404 and the API's message", err)
+	}
+	for _, kind := range []error{providers.ErrBadImage, providers.ErrNotFound, providers.ErrRefused, providers.ErrBadCredentials} {
+		if errors.Is(err, kind) {
+			t.Errorf("no such route: %v is %v", err, kind)
+		}
+	}
+	if n := len(f.Sandboxes()); n != 0 {
+		t.Errorf("%d sandboxes made by refused creates", n)
 	}
 }
 

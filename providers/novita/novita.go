@@ -1,7 +1,10 @@
 // Package novita runs Berth computers as Novita Agent Sandbox sandboxes,
 // through Novita's E2B-compatible API (https://novita.ai/docs/guides/sandbox-e2b-compatible:
 // the E2B API and SDKs with the domain sandbox.novita.ai and a Novita API
-// key). Everything but the settings is the e2b provider's.
+// key). Everything but the settings is the e2b provider's, including what
+// a create sends: secure true, which E2B's SDKs send and Novita's
+// documentation has on for every create since SDK v2.0.0
+// (https://novita.ai/docs/guides/sandbox-secured-access).
 package novita
 
 import "github.com/berthdev/berth/providers/e2b"

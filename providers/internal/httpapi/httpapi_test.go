@@ -41,8 +41,11 @@ func newClient(t *testing.T) *Client {
 	return &Client{BaseURL: srv.URL, HTTP: hc, Timeout: 5 * time.Second, KeyName: "apiKey",
 		Auth: func(h http.Header, k string) { h.Set("X-Key", k) },
 		Failure: func(status int, body []byte) (string, error) {
-			if status == http.StatusConflict {
+			switch status {
+			case http.StatusConflict:
 				return string(body), providers.ErrCapacity
+			case http.StatusGone:
+				return string(body), Plain
 			}
 			return string(body), nil
 		}}
@@ -72,7 +75,16 @@ func TestStatuses(t *testing.T) {
 			t.Errorf("%d: message %q: want the call without its query and without the key", c.status, msg)
 		}
 	}
-	_, err := cl.Do(t.Context(), key, Call{Method: "POST", Path: "/m/422", Body: map[string]int{"timeout": 1}}, nil)
+	_, err := cl.Do(t.Context(), key, Call{Method: "GET", Path: "/m/410"}, nil)
+	for _, kind := range []error{providers.ErrNotFound, providers.ErrUnavailable, providers.ErrRefused, Plain} {
+		if errors.Is(err, kind) {
+			t.Errorf("410 read as Plain: %v is %v, want no kind", err, kind)
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "GET /m/410: 410") || !strings.Contains(err.Error(), "no such thing") || strings.Contains(err.Error(), key) {
+		t.Errorf("410 read as Plain: %v, want the call and the provider's message without the key", err)
+	}
+	_, err = cl.Do(t.Context(), key, Call{Method: "POST", Path: "/m/422", Body: map[string]int{"timeout": 1}}, nil)
 	var re *providers.RefusedError
 	if !errors.As(err, &re) || re.Status != http.StatusUnprocessableEntity || re.Code != CodeRefused || !strings.Contains(re.Message, "no such thing") {
 		t.Errorf("422: %#v, want a RefusedError with 422 and the provider's message", err)
