@@ -201,13 +201,20 @@ func Drive(t *testing.T, cdpURL string) {
 		fmt.Fprint(w, `<html><head><title>berth-loopback-page</title></head><body><p id="x">hello from loopback</p></body></html>`)
 	}))
 	defer page.Close()
+	DriveTo(t, cdpURL, page.URL, "berth-loopback-page", "hello from loopback")
+}
+
+// DriveTo drives the browser behind cdpURL with chromedp to pageURL and
+// checks the page's title and the text of its #x element.
+func DriveTo(t *testing.T, cdpURL, pageURL, wantTitle, wantText string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	actx, acancel := remote.NewAllocator(ctx, cdpURL)
 	defer acancel()
 	cctx, ccancel := chromedp.NewContext(actx)
 	defer ccancel()
-	if _, err := chromedp.Run(cctx, chromedp.Navigate(page.URL)); err != nil {
+	if _, err := chromedp.Run(cctx, chromedp.Navigate(pageURL)); err != nil {
 		t.Fatalf("drive the browser over its CDP URL: %v", err)
 	}
 	title, err := chromedp.Run(cctx, chromedp.Title())
@@ -218,7 +225,7 @@ func Drive(t *testing.T, cdpURL string) {
 	if err != nil {
 		t.Fatalf("text: %v", err)
 	}
-	if title != "berth-loopback-page" || text != "hello from loopback" {
+	if title != wantTitle || text != wantText {
 		t.Errorf("page: title %q text %q", title, text)
 	}
 }
