@@ -3,7 +3,10 @@ package railway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -234,5 +237,24 @@ func TestSchemaRefusals(t *testing.T) {
 		if err := checkSelections(root, d.sel, d.vars, used); err != nil {
 			t.Errorf("%s: %v", q, err)
 		}
+	}
+}
+
+// TestValidationAt200 checks that a schema refusal answered with status
+// 200, as GraphQL servers may, is a refusal with Railway's message too.
+func TestValidationAt200(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"errors": [{"message": "Field \"tag\" is not defined by type \"ServiceSourceInput\"", "extensions": {"code": "BAD_USER_INPUT"}}]}`)
+	}))
+	defer srv.Close()
+	r, err := New(Options{APIURL: srv.URL + "/graphql/v2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Create(t.Context(), spec(map[string]string{CredToken: "token-0123456789", CredProjectID: "p", CredEnvironmentID: "e"}))
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Message, `"tag" is not defined`) {
+		t.Errorf("a validation error at 200: %v, want a refusal with Railway's message", err)
 	}
 }
