@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/berthdev/berth/providers"
@@ -31,8 +32,15 @@ const (
 	CredProjectID = "projectId" // optional: Browserbase infers it from the key
 )
 
-// SettingAPIURL is Browserbase's API.
-const SettingAPIURL = "BROWSERBASE_API_URL"
+// Settings the provider reads, by name.
+const (
+	// SettingAPIURL is Browserbase's API.
+	SettingAPIURL = "BROWSERBASE_API_URL"
+	// SettingRecordSessions, true, has Browserbase record each session
+	// (a replay kept at Browserbase); unset or false, sessions are not
+	// recorded, though Browserbase records by default.
+	SettingRecordSessions = "BROWSERBASE_RECORD_SESSIONS"
+)
 
 // DefaultAPIURL is the public API.
 const DefaultAPIURL = "https://api.browserbase.com"
@@ -53,7 +61,11 @@ const callTimeout = 30 * time.Second
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
-		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), Logger: cfg.Logger})
+		record, err := strconv.ParseBool(cfg.Get(SettingRecordSessions, "false"))
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: want true or false", SettingRecordSessions, cfg.Get(SettingRecordSessions, ""))
+		}
+		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), RecordSessions: record, Logger: cfg.Logger})
 	})
 	providers.Describe(ID, (*Browserbase)(nil))
 }
@@ -61,12 +73,17 @@ func init() {
 // Options configure a Browserbase provider.
 type Options struct {
 	APIURL string
-	Client *http.Client
-	Logger *slog.Logger
+	// RecordSessions has Browserbase record each session (default off).
+	RecordSessions bool
+	Client         *http.Client
+	Logger         *slog.Logger
 }
 
 // Browserbase is the provider.
-type Browserbase struct{ api *browsersession.API }
+type Browserbase struct {
+	api    *browsersession.API
+	record bool
+}
 
 // message reads Browserbase's error answer ({"message", "error"}).
 func message(raw []byte) string {
@@ -87,7 +104,7 @@ func New(o Options) (*Browserbase, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Browserbase{api: api}, nil
+	return &Browserbase{api: api, record: o.RecordSessions}, nil
 }
 
 // CheckCredentials requires an apiKey and takes an optional projectId.
@@ -95,10 +112,16 @@ func (b *Browserbase) CheckCredentials(c map[string]string) error {
 	return httpapi.CheckKey(ID, c, CredAPIKey, "the key from Browserbase's settings", CredProjectID)
 }
 
+// ended reports whether a session's status is one it ends in (PENDING
+// and RUNNING are not).
+func ended(status string) bool {
+	return status == "ERROR" || status == "TIMED_OUT" || status == "COMPLETED"
+}
+
 // session is the part of a Browserbase session Berth reads.
 type session struct {
 	ID           string            `json:"id"`
-	Status       string            `json:"status"` // RUNNING, ERROR, TIMED_OUT, COMPLETED
+	Status       string            `json:"status"` // PENDING, RUNNING, ERROR, TIMED_OUT, COMPLETED
 	ConnectURL   string            `json:"connectUrl"`
 	ProjectID    string            `json:"projectId"`
 	UserMetadata map[string]string `json:"userMetadata"`
@@ -111,13 +134,15 @@ type debug struct {
 }
 
 // Create starts a kept-alive browser session tagged with Berth's labels,
-// its timeout the lease, and reads its live view.
+// its timeout the lease, recorded only when the provider is set to, and
+// reads its live view.
 func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	key := spec.Credentials[CredAPIKey]
 	body := map[string]any{
-		"keepAlive":    true,
-		"timeout":      min(max(int(spec.Lease.Seconds()), minTimeout), maxTimeout),
-		"userMetadata": spec.Labels(),
+		"keepAlive":       true,
+		"timeout":         min(max(int(spec.Lease.Seconds()), minTimeout), maxTimeout),
+		"userMetadata":    spec.Labels(),
+		"browserSettings": map[string]any{"recordSession": b.record},
 	}
 	if p := spec.Credentials[CredProjectID]; p != "" {
 		body["projectId"] = p
@@ -166,7 +191,7 @@ func (b *Browserbase) Destroy(ctx context.Context, machineID string) error {
 	err := b.api.Call(ctx, c[CredAPIKey], "POST", "/v1/sessions/"+machineID, body, nil)
 	if err != nil && !errors.Is(err, providers.ErrNotFound) {
 		var s session
-		if gerr := b.api.Call(ctx, c[CredAPIKey], "GET", "/v1/sessions/"+machineID, nil, &s); gerr == nil && s.Status != "RUNNING" {
+		if gerr := b.api.Call(ctx, c[CredAPIKey], "GET", "/v1/sessions/"+machineID, nil, &s); gerr == nil && ended(s.Status) {
 			return nil
 		}
 		return fmt.Errorf("release browser %s: %w", machineID, err)
@@ -228,8 +253,11 @@ const CodeNotAvailable = browsersession.CodeNotAvailable
 // Describe implements providers.Describer.
 func (*Browserbase) Describe() providers.Description {
 	return providers.Description{
-		Summary:  "a Browserbase browser session kept alive for the lease; a start answers its CDP and live-view URLs; no shell or files",
-		Settings: []providers.Setting{{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browserbase's API"}},
+		Summary: "a Browserbase browser session kept alive for the lease; a start answers its CDP and live-view URLs; no shell or files",
+		Settings: []providers.Setting{
+			{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browserbase's API"},
+			{Name: SettingRecordSessions, Default: "false", Help: "true: Browserbase records each session (a replay kept at Browserbase)"},
+		},
 		Credentials: []providers.Setting{
 			{Name: CredAPIKey, Required: true, Secret: true, Help: "a Browserbase API key"},
 			{Name: CredProjectID, Help: "the Browserbase project; unset: the key's own"},

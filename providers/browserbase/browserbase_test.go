@@ -1,6 +1,7 @@
 package browserbase
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -49,6 +50,9 @@ func TestBrowserSession(t *testing.T) {
 	f.Mu.Unlock()
 	if body["keepAlive"] != true || body["timeout"] != float64(300) || body["projectId"] != "proj-1" {
 		t.Errorf("create body %v: want keepAlive, the lease as timeout and the projectId", body)
+	}
+	if bs, _ := body["browserSettings"].(map[string]any); bs["recordSession"] != false {
+		t.Errorf("create body %v: want browserSettings.recordSession false", body)
 	}
 	if meta, _ := body["userMetadata"].(map[string]any); meta[providers.LabelManaged] != "true" || meta[providers.LabelAgent] != "bb" {
 		t.Errorf("userMetadata %v", body["userMetadata"])
@@ -168,4 +172,99 @@ func TestConformance(t *testing.T) {
 		}
 		return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
 	})
+}
+
+// TestRecording checks that sessions are not recorded unless the provider
+// is set to record them (Browserbase records by default), and that a 400
+// is a refusal carrying Browserbase's message.
+func TestRecording(t *testing.T) {
+	f := newFakeBrowserbase(t)
+	spec := providers.Spec{ComputerID: "c", AgentID: "rec", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
+	for _, record := range []bool{false, true} {
+		p, err := New(Options{APIURL: f.srv.URL, RecordSessions: record})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := p.Create(t.Context(), spec)
+		if err != nil {
+			t.Fatalf("create (record %v): %v", record, err)
+		}
+		if got := f.recorded()[m.ID]; got != record {
+			t.Errorf("RecordSessions %v: the session is recorded: %v", record, got)
+		}
+		if err := p.Destroy(providers.WithCredentials(t.Context(), spec.Credentials), m.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p, _ := New(Options{APIURL: f.srv.URL})
+	n := f.count()
+	f.Mu.Lock()
+	f.refuseCreate = "keepAlive is not available on this plan"
+	f.Mu.Unlock()
+	_, err := p.Create(t.Context(), spec)
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Message, "keepAlive is not available") || errors.Is(err, providers.ErrBadImage) {
+		t.Errorf("create answered 400: %v, want a refusal with Browserbase's message", err)
+	}
+	if f.count() != n {
+		t.Errorf("a refused create made a session")
+	}
+}
+
+// TestFakeChecksBodies checks the fake's rules from Browserbase's API
+// reference: unknown fields, wrong types, values out of bounds or enum,
+// and missing required fields are refused.
+func TestFakeChecksBodies(t *testing.T) {
+	for _, b := range []string{
+		`{"keepAlive": true, "record": false}`,
+		`{"timeout": 30}`,
+		`{"timeout": 600.5}`,
+		`{"keepAlive": "yes"}`,
+		`{"region": "eu-west-1"}`,
+		`{"browserSettings": {"recordSession": "false"}}`,
+		`{"browserSettings": {"recording": false}}`,
+		`{"browserSettings": {"context": {"persist": true}}}`,
+		`{"browserSettings": {"os": "beos"}}`,
+		`{"proxies": [{"type": "tor"}]}`,
+		`{"proxies": "yes"}`,
+		`{"userMetadata": ["a"]}`,
+	} {
+		var body any
+		json.Unmarshal([]byte(b), &body)
+		if bad := checkValue("body", body, createSessionRules); bad == "" {
+			t.Errorf("create body %s passed", b)
+		}
+	}
+	var ok any
+	json.Unmarshal([]byte(`{"keepAlive": true, "timeout": 300, "projectId": "p", "userMetadata": {"a": "b"}, "browserSettings": {"recordSession": false}, "proxies": false}`), &ok)
+	if bad := checkValue("body", ok, createSessionRules); bad != "" {
+		t.Errorf("a conforming create body: %s", bad)
+	}
+	for _, b := range []string{`{}`, `{"status": "STOP"}`, `{"status": "REQUEST_RELEASE", "force": true}`} {
+		var body any
+		json.Unmarshal([]byte(b), &body)
+		if bad := checkValue("body", body, updateSessionRules); bad == "" {
+			t.Errorf("update body %s passed", b)
+		}
+	}
+}
+
+// TestRecordSetting reads BROWSERBASE_RECORD_SESSIONS: unset is off, a
+// value that is not a boolean is an error naming it.
+func TestRecordSetting(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "false": false, "true": true} {
+		p, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
+			if k == SettingRecordSessions {
+				return v
+			}
+			return ""
+		}})
+		if err != nil || p.(*Browserbase).record != want {
+			t.Errorf("%s=%q: %v, want record %v", SettingRecordSessions, v, err, want)
+		}
+	}
+	if _, err := providers.New(ID, providers.Config{Getenv: func(string) string { return "sometimes" }}); err == nil || !strings.Contains(err.Error(), SettingRecordSessions) {
+		t.Errorf("a setting that is not a boolean: %v", err)
+	}
 }

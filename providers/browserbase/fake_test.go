@@ -8,7 +8,13 @@ package browserbase
 // ("Update a Session": status REQUEST_RELEASE ends it), GET
 // /v1/sessions/{id}/debug (debuggerUrl, debuggerFullscreenUrl, wsUrl,
 // pages) and GET /v1/sessions?status=&q=user_metadata['key']:'value'
-// ("List Sessions"). The key goes in X-BB-API-Key.
+// ("List Sessions"). The key goes in X-BB-API-Key. The create and update
+// bodies and the list's status are checked against Browserbase's
+// published API (see createSessionRules): a field it does not have, a
+// wrong type, a value out of bounds or enum, or a missing required field
+// answer 400 with a message naming the field. A session remembers whether
+// it was asked to be recorded (recordSession, which Browserbase defaults
+// to true).
 //
 // Each session is a real headless Chromium (/usr/bin/chromium, an empty
 // profile, DevTools on a loopback port of its own) whose DevTools
@@ -23,9 +29,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,12 +51,16 @@ type fakeBrowserbase struct {
 	sessions   map[string]*fakeSession
 	failDebug  int
 	lastCreate map[string]any
+	// refuseCreate, when set, is the message of a 400 the next create
+	// answers (a plan without keep-alive, say).
+	refuseCreate string
 }
 
 type fakeSession struct {
 	ID           string            `json:"id"`
 	Status       string            `json:"status"`
 	ProjectID    string            `json:"projectId"`
+	Recorded     bool              `json:"-"`
 	KeepAlive    bool              `json:"keepAlive"`
 	ConnectURL   string            `json:"connectUrl"`
 	SigningKey   string            `json:"signingKey"`
@@ -90,12 +103,17 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var body map[string]any
 		json.NewDecoder(r.Body).Decode(&body)
 		f.lastCreate = body
-		if browsertest.Take(&f.RateLimit) {
-			f.fail(w, 429, "concurrent session limit reached")
+		if bad := checkValue("body", body, createSessionRules); bad != "" {
+			f.fail(w, 400, bad)
 			return
 		}
-		if t, _ := body["timeout"].(float64); t < 60 || t > 21600 {
-			f.fail(w, 400, "timeout must be within 60..21600")
+		if f.refuseCreate != "" {
+			f.fail(w, 400, f.refuseCreate)
+			f.refuseCreate = ""
+			return
+		}
+		if browsertest.Take(&f.RateLimit) {
+			f.fail(w, 429, "concurrent session limit reached")
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
@@ -111,6 +129,10 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s := &fakeSession{ID: strings.ToLower(rand.Text()), Status: "RUNNING", KeepAlive: body["keepAlive"] == true, browser: c,
 			ConnectURL: c.WS + "?signingKey=" + sk, SigningKey: sk, UserMetadata: map[string]string{}}
 		s.ProjectID, _ = body["projectId"].(string)
+		s.Recorded = true // Browserbase's default
+		if bs, ok := body["browserSettings"].(map[string]any); ok && bs["recordSession"] == false {
+			s.Recorded = false
+		}
 		if s.ProjectID == "" {
 			s.ProjectID = "proj-of-key"
 		}
@@ -127,6 +149,10 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		browsertest.WriteJSON(w, 201, s)
 	case r.URL.Path == "/v1/sessions" && r.Method == "GET":
 		out := []*fakeSession{}
+		if st := r.URL.Query().Get("status"); st != "" && !slices.Contains(sessionStatuses, st) {
+			f.fail(w, 400, "querystring/status must be one of "+strings.Join(sessionStatuses, ", "))
+			return
+		}
 		m := metaQuery.FindStringSubmatch(r.URL.Query().Get("q"))
 		for _, s := range f.sessions {
 			if st := r.URL.Query().Get("status"); st != "" && s.Status != st {
@@ -160,12 +186,10 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			live := f.srv.URL + "/devtools-fullscreen/inspector.html?wss=" + strings.TrimPrefix(s.browser.WS, "ws://")
 			browsertest.WriteJSON(w, 200, map[string]any{"debuggerUrl": live, "debuggerFullscreenUrl": live, "wsUrl": s.browser.WS, "pages": []any{}})
 		case sub == "" && r.Method == "POST":
-			var body struct {
-				Status string `json:"status"`
-			}
+			var body map[string]any
 			json.NewDecoder(r.Body).Decode(&body)
-			if body.Status != "REQUEST_RELEASE" {
-				f.fail(w, 400, "status must be REQUEST_RELEASE")
+			if bad := checkValue("body", body, updateSessionRules); bad != "" {
+				f.fail(w, 400, bad)
 				return
 			}
 			if browsertest.Take(&f.FailDeletes) {
@@ -184,6 +208,17 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		f.fail(w, 404, "Not Found")
 	}
+}
+
+// recorded returns, for each session, whether it is recorded.
+func (f *fakeBrowserbase) recorded() map[string]bool {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	out := map[string]bool{}
+	for _, s := range f.sessions {
+		out[s.ID] = s.Recorded
+	}
+	return out
 }
 
 // signingKeys returns every session's signing key.
@@ -214,4 +249,147 @@ func (f *fakeBrowserbase) exists(ctx context.Context, label, value string) (bool
 		}
 	}
 	return false, nil
+}
+
+// The request rules below are Browserbase's API as published on
+// 2026-12-01: the API reference's "Create a Session", "Update a Session"
+// and "List Sessions" (https://docs.browserbase.com/reference/api), in the
+// form its official Python SDK generates from Browserbase's OpenAPI
+// document (github.com/browserbase/sdk-python v1.17.0, commit 530eb39,
+// 2026-08-17: types/session_create_params.py, session_update_params.py,
+// session_list_params.py). Where Browserbase would ignore a field it does
+// not know, the fake refuses it, so that a field Berth sends and the
+// reference lacks fails the tests.
+
+// rule is one value's schema.
+type rule struct {
+	kind     string // string, integer, boolean, object, array, map (any keys), or bool|array
+	required bool   // as a field of its object
+	min, max float64
+	enum     []string
+	fields   map[string]rule // of an object
+	items    *rule           // of an array
+}
+
+var (
+	strRule  = rule{kind: "string"}
+	boolRule = rule{kind: "boolean"}
+	strList  = rule{kind: "array", items: &strRule}
+)
+
+// sessionStatuses is the status enum of a session and of List's filter.
+var sessionStatuses = []string{"PENDING", "RUNNING", "ERROR", "TIMED_OUT", "COMPLETED"}
+
+// proxyRule is one entry of proxies: a browserbase, external or none
+// proxy (the fake checks the union's fields together, type deciding).
+var proxyRule = rule{kind: "object", fields: map[string]rule{
+	"type":          {kind: "string", required: true, enum: []string{"browserbase", "external", "none"}},
+	"domainPattern": strRule,
+	"geolocation": {kind: "object", fields: map[string]rule{
+		"country": {kind: "string", required: true}, "city": strRule, "state": strRule,
+	}},
+	"server": strRule, "username": strRule, "password": strRule,
+}}
+
+// createSessionRules is the body of POST /v1/sessions. recordSession and
+// logSession default to true, timeout to the project's default.
+var createSessionRules = rule{kind: "object", fields: map[string]rule{
+	"browserSettings": {kind: "object", fields: map[string]rule{
+		"advancedStealth":      boolRule,
+		"allowedDomains":       strList,
+		"blockAds":             boolRule,
+		"captchaImageSelector": strRule,
+		"captchaInputSelector": strRule,
+		"context": {kind: "object", fields: map[string]rule{
+			"id": {kind: "string", required: true}, "persist": boolRule,
+		}},
+		"extensionId":             strRule,
+		"ignoreCertificateErrors": boolRule,
+		"logSession":              boolRule,
+		"os":                      {kind: "string", enum: []string{"windows", "mac", "linux", "mobile", "tablet"}},
+		"recordSession":           boolRule,
+		"solveCaptchas":           boolRule,
+		"verified":                boolRule,
+		"viewport": {kind: "object", fields: map[string]rule{
+			"height": {kind: "integer"}, "width": {kind: "integer"},
+		}},
+	}},
+	"extensionId":   strRule,
+	"keepAlive":     boolRule,
+	"projectId":     strRule,
+	"proxies":       {kind: "bool|array", items: &proxyRule},
+	"proxySettings": {kind: "object", fields: map[string]rule{"caCertificates": strList}},
+	"region":        {kind: "string", enum: []string{"us-west-2", "us-east-1", "eu-central-1", "ap-southeast-1"}},
+	"timeout":       {kind: "integer", min: 60, max: 21600},
+	"userMetadata":  {kind: "map"},
+}}
+
+// updateSessionRules is the body of POST /v1/sessions/{id}.
+var updateSessionRules = rule{kind: "object", fields: map[string]rule{
+	"status":    {kind: "string", required: true, enum: []string{"REQUEST_RELEASE"}},
+	"projectId": strRule,
+}}
+
+// checkValue returns what is wrong with v (at path) against r, "" when
+// nothing is.
+func checkValue(path string, v any, r rule) string {
+	switch r.kind {
+	case "string":
+		s, ok := v.(string)
+		if !ok {
+			return path + " must be a string"
+		}
+		if r.enum != nil && !slices.Contains(r.enum, s) {
+			return path + " must be one of " + strings.Join(r.enum, ", ")
+		}
+	case "integer":
+		n, ok := v.(float64)
+		if !ok || n != math.Trunc(n) {
+			return path + " must be an integer"
+		}
+		if r.max > 0 && (n < r.min || n > r.max) {
+			return fmt.Sprintf("%s must be within %v..%v", path, r.min, r.max)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return path + " must be a boolean"
+		}
+	case "map":
+		if _, ok := v.(map[string]any); !ok {
+			return path + " must be an object"
+		}
+	case "array", "bool|array":
+		if _, ok := v.(bool); ok && r.kind == "bool|array" {
+			return ""
+		}
+		list, ok := v.([]any)
+		if !ok {
+			return path + " must be an array"
+		}
+		for i, x := range list {
+			if bad := checkValue(fmt.Sprintf("%s/%d", path, i), x, *r.items); bad != "" {
+				return bad
+			}
+		}
+	case "object":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return path + " must be an object"
+		}
+		for name, fr := range r.fields {
+			if _, ok := m[name]; !ok && fr.required {
+				return path + " must have required property '" + name + "'"
+			}
+		}
+		for name, x := range m {
+			fr, ok := r.fields[name]
+			if !ok {
+				return path + " must NOT have additional property '" + name + "'"
+			}
+			if bad := checkValue(path+"/"+name, x, fr); bad != "" {
+				return bad
+			}
+		}
+	}
+	return ""
 }

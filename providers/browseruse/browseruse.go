@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"regexp"
+	"strings"
 
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/internal/browsersession"
@@ -27,8 +29,16 @@ const ID = "browseruse"
 // CredAPIKey is the connection's Browser Use API key.
 const CredAPIKey = "apiKey"
 
-// SettingAPIURL is Browser Use's cloud API.
-const SettingAPIURL = "BROWSERUSE_API_URL"
+// Settings the provider reads, by name.
+const (
+	// SettingAPIURL is Browser Use's cloud API.
+	SettingAPIURL = "BROWSERUSE_API_URL"
+	// SettingProxyCountry is the country of Browser Use's proxy a browser's
+	// traffic goes through (a lowercase code such as us or de), which
+	// Browser Use charges for by the megabyte; unset, the browser uses no
+	// proxy.
+	SettingProxyCountry = "BROWSERUSE_PROXY_COUNTRY"
+)
 
 // DefaultAPIURL is the public API.
 const DefaultAPIURL = "https://api.browser-use.com/api/v3"
@@ -48,7 +58,7 @@ const CodeNotAvailable = browsersession.CodeNotAvailable
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
-		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), Logger: cfg.Logger})
+		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), ProxyCountry: cfg.Get(SettingProxyCountry, ""), Logger: cfg.Logger})
 	})
 	providers.Describe(ID, (*BrowserUse)(nil))
 }
@@ -56,34 +66,73 @@ func init() {
 // Options configure a Browser Use provider.
 type Options struct {
 	APIURL string
-	Client *http.Client
-	Logger *slog.Logger
+	// ProxyCountry is the country of Browser Use's proxy (empty: no proxy;
+	// Browser Use's own default would be a US proxy).
+	ProxyCountry string
+	Client       *http.Client
+	Logger       *slog.Logger
 }
 
 // BrowserUse is the provider.
-type BrowserUse struct{ api *browsersession.API }
+type BrowserUse struct {
+	api   *browsersession.API
+	proxy string
+}
 
-// detail reads Browser Use's error answer ({"detail": ...}).
+// detail reads Browser Use's error answer: {"detail": "..."}, or a
+// validation failure's {"detail": [{"loc": [...], "msg": "..."}]}.
 func detail(raw []byte) string {
 	var e struct {
-		Detail any `json:"detail"`
+		Detail json.RawMessage `json:"detail"`
 	}
 	if json.Unmarshal(raw, &e) != nil || e.Detail == nil {
 		return ""
 	}
-	return fmt.Sprint(e.Detail)
+	var msg string
+	if json.Unmarshal(e.Detail, &msg) == nil {
+		return msg
+	}
+	var list []struct {
+		Loc []any  `json:"loc"`
+		Msg string `json:"msg"`
+	}
+	if json.Unmarshal(e.Detail, &list) == nil {
+		var parts []string
+		for _, v := range list {
+			loc := make([]string, len(v.Loc))
+			for i, l := range v.Loc {
+				loc[i] = fmt.Sprint(l)
+			}
+			parts = append(parts, strings.Join(loc, ".")+": "+v.Msg)
+		}
+		return strings.Join(parts, "; ")
+	}
+	return string(e.Detail)
 }
+
+// refused picks Browser Use's 403 for a timeout over its limit: a refusal
+// of the request, not of the key.
+func refused(status int, raw []byte) bool {
+	return status == http.StatusForbidden && strings.Contains(strings.ToLower(detail(raw)), "timeout")
+}
+
+// proxyCountry matches Browser Use's country codes (lowercase, two
+// letters; uk for the United Kingdom).
+var proxyCountry = regexp.MustCompile(`^[a-z]{2}$`)
 
 // New checks o and returns a provider.
 func New(o Options) (*BrowserUse, error) {
+	if o.ProxyCountry != "" && !proxyCountry.MatchString(o.ProxyCountry) {
+		return nil, fmt.Errorf("%s=%q: want a lowercase two-letter country code such as us or de, or nothing for no proxy", SettingProxyCountry, o.ProxyCountry)
+	}
 	api, err := browsersession.NewAPI(browsersession.APIOptions{
 		Provider: ID, Setting: SettingAPIURL, URL: o.APIURL, DefaultURL: DefaultAPIURL, Client: o.Client, Logger: o.Logger,
-		KeyName: CredAPIKey, KeyHeader: "X-Browser-Use-API-Key", Message: detail,
+		KeyName: CredAPIKey, KeyHeader: "X-Browser-Use-API-Key", Message: detail, Refused: refused,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &BrowserUse{api: api}, nil
+	return &BrowserUse{api: api, proxy: o.ProxyCountry}, nil
 }
 
 // CheckCredentials requires an apiKey and nothing else.
@@ -99,11 +148,17 @@ type browser struct {
 	LiveURL string `json:"liveUrl"`
 }
 
-// Create starts a cloud browser whose own timeout is the lease.
+// Create starts a cloud browser whose own timeout is the lease, with no
+// proxy unless the provider is set to a country (Browser Use would
+// otherwise route it through a US proxy).
 func (b *BrowserUse) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	minutes := min(max(int(math.Ceil(spec.Lease.Minutes())), 1), maxTimeoutMinutes)
+	body := map[string]any{"timeout": minutes, "proxyCountryCode": nil}
+	if b.proxy != "" {
+		body["proxyCountryCode"] = b.proxy
+	}
 	var br browser
-	if err := b.api.Call(ctx, spec.Credentials[CredAPIKey], "POST", "/browsers", map[string]any{"timeout": minutes}, &br); err != nil {
+	if err := b.api.Call(ctx, spec.Credentials[CredAPIKey], "POST", "/browsers", body, &br); err != nil {
 		return providers.Machine{}, fmt.Errorf("create browser %s: %w", spec.ComputerID, err)
 	}
 	if br.ID == "" || br.CDPURL == "" {
@@ -154,8 +209,11 @@ func (b *BrowserUse) Transport(m providers.Machine, credentials map[string]strin
 // Describe implements providers.Describer.
 func (*BrowserUse) Describe() providers.Description {
 	return providers.Description{
-		Summary:     "a Browser Use cloud browser; a start answers its CDP and live-view URLs; no shell or files",
-		Settings:    []providers.Setting{{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browser Use's cloud API"}},
+		Summary: "a Browser Use cloud browser; a start answers its CDP and live-view URLs; no shell or files",
+		Settings: []providers.Setting{
+			{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browser Use's cloud API"},
+			{Name: SettingProxyCountry, Help: "the country of Browser Use's paid proxy (us, de, ...); unset: no proxy"},
+		},
 		Credentials: []providers.Setting{{Name: CredAPIKey, Required: true, Secret: true, Help: "a Browser Use API key"}},
 	}
 }

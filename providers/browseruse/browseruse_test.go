@@ -1,9 +1,12 @@
 package browseruse
 
 import (
+	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
@@ -112,4 +115,89 @@ func TestConformance(t *testing.T) {
 		}
 		return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
 	})
+}
+
+// TestProxy checks that a browser gets no proxy unless the provider is set
+// to a country (Browser Use's own default is a paid US proxy), and that
+// Browser Use's refusals come back as refusals with its message.
+func TestProxy(t *testing.T) {
+	f := newFakeBrowserUse(t)
+	spec := providers.Spec{ComputerID: "c", Lease: 5 * time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
+	create := func(country string) (map[string]any, error) {
+		t.Helper()
+		p, err := New(Options{APIURL: f.srv.URL + "/api/v3", ProxyCountry: country})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Create(t.Context(), spec)
+		f.Mu.Lock()
+		defer f.Mu.Unlock()
+		return f.lastCreate, err
+	}
+	body, err := create("")
+	if v, ok := body["proxyCountryCode"]; err != nil || !ok || v != nil {
+		t.Errorf("create by default: %v, body %v; want proxyCountryCode null (no proxy)", err, body)
+	}
+	if body["enableRecording"] == true {
+		t.Errorf("create by default records the session: %v", body)
+	}
+	if body, err := create("de"); err != nil || body["proxyCountryCode"] != "de" {
+		t.Errorf("create with %s=de: %v, body %v", SettingProxyCountry, err, body)
+	}
+
+	// A code outside the document's enum is refused by Browser Use: a
+	// definite refusal carrying its message, and no browser.
+	n := f.count()
+	_, err = create("zz")
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Message, "proxyCountryCode") {
+		t.Errorf("create with an unknown country: %v, want a refusal naming proxyCountryCode", err)
+	}
+	if f.count() != n {
+		t.Errorf("a refused create made a browser")
+	}
+	// Browser Use answers a timeout over its limit with 403: a refusal,
+	// not a refused key.
+	f.Mu.Lock()
+	f.maxTimeout = 4
+	f.Mu.Unlock()
+	if _, err := create(""); !errors.As(err, &re) || errors.Is(err, providers.ErrBadCredentials) || !strings.Contains(re.Message, "timeout") {
+		t.Errorf("create over the timeout limit: %v, want a refusal with Browser Use's message", err)
+	}
+
+	for _, c := range []string{"US", "usa", "u"} {
+		if _, err := New(Options{ProxyCountry: c}); err == nil || !strings.Contains(err.Error(), SettingProxyCountry) {
+			t.Errorf("New with proxy country %q: %v, want an error naming %s", c, err, SettingProxyCountry)
+		}
+	}
+}
+
+// TestFakeChecksBodies checks the fake's rules from Browser Use's
+// document: unknown fields, wrong types, values out of bounds or enum, and
+// a missing required field are refused.
+func TestFakeChecksBodies(t *testing.T) {
+	for _, b := range []map[string]any{
+		{"timeout": 5, "proxy": false},
+		{"timeout": "5"},
+		{"timeout": 5.5},
+		{"timeout": 241},
+		{"proxyCountryCode": "gb"},
+		{"profileId": "not-a-uuid"},
+		{"enableRecording": nil},
+	} {
+		raw, _ := json.Marshal(b)
+		var body map[string]any
+		json.Unmarshal(raw, &body)
+		if bad := checkBody(body, createBrowserRules); len(bad) == 0 {
+			t.Errorf("create body %s passed", raw)
+		}
+	}
+	if bad := checkBody(map[string]any{"timeout": float64(5), "proxyCountryCode": nil, "enableRecording": false}, createBrowserRules); len(bad) != 0 {
+		t.Errorf("a conforming create body: %v", bad)
+	}
+	for _, b := range []map[string]any{{}, {"action": "pause"}, {"action": "stop", "force": true}} {
+		if bad := checkBody(b, updateBrowserRules); len(bad) == 0 {
+			t.Errorf("update body %v passed", b)
+		}
+	}
 }

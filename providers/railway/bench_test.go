@@ -16,7 +16,7 @@ import (
 //	go test ./providers/railway -run '^$' -bench Cycle -benchtime 20x
 func BenchmarkCycle(b *testing.B) {
 	f := newFakeRailway(b)
-	p, err := New(Options{APIURL: f.srv.URL + "/graphql/v2", DomainScheme: "http", PollInterval: time.Millisecond})
+	p, err := New(Options{Client: f.client(), DomainScheme: "http", PollInterval: time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,19 +4,27 @@ package railway
 // following Railway's public API documentation
 // (https://docs.railway.com/integrations/api, its API cookbook
 // https://docs.railway.com/integrations/api/api-cookbook and the guides
-// "Manage Services", "Manage Deployments", "Manage Variables"): one
-// endpoint, POST /graphql/v2, with account and team tokens as a bearer
-// token and project tokens in Project-Access-Token; serviceCreate(input:
-// {projectId, environmentId, name, source: {image}, variables}),
-// serviceInstanceUpdate(serviceId, environmentId, input:
-// {restartPolicyType}) with ALWAYS, ON_FAILURE or NEVER,
-// serviceInstanceDeploy(serviceId, environmentId), deployments(first,
-// input: {serviceId, environmentId}) with statuses BUILDING, DEPLOYING,
-// SUCCESS, FAILED, serviceDomainCreate(input: {serviceId, environmentId,
-// targetPort}), serviceDelete(id, environmentId), project(id) {services},
-// and variables(projectId, environmentId, serviceId). Errors come as
-// {"errors": [{"message"}]} with status 200 ("Not Authorized"), rate
-// limits as 429. The fake dispatches on the root field of each document.
+// "Manage Services", "Manage Deployments", "Manage Variables") and its
+// published schema (fakeschema_test.go, which every request is checked
+// against): one endpoint, POST https://backboard.railway.com/graphql/v2,
+// with account and team tokens as a bearer token and project tokens in
+// Project-Access-Token; serviceCreate(input: {projectId, environmentId,
+// name, source: {image}, variables}), serviceInstanceUpdate(serviceId,
+// environmentId, input: {restartPolicyType}), serviceInstanceDeploy(
+// serviceId, environmentId), deployments(first, input: {serviceId,
+// environmentId}) with statuses BUILDING, DEPLOYING, SUCCESS, FAILED,
+// serviceDomainCreate(input: {serviceId, environmentId, targetPort}),
+// serviceDelete(id, environmentId), project(id) {services}, and
+// variables(projectId, environmentId, serviceId). Errors come as
+// {"errors": [{"message", "extensions": {"code"}}]}: status 200 for what
+// the API decides ("Not Authorized"), 400 for a document or variables the
+// schema refuses (as GraphQL servers answer them), 429 for rate limits.
+// The fake dispatches on the root field of each document.
+//
+// It listens with TLS and is reached through client(), which dials it
+// for Railway's API hosts, so that the provider's tests use its default
+// URL. A request for the older host backboard.railway.app is answered 404:
+// Berth's default is the host Railway's documentation and CLI use.
 //
 // A deployment is a real in-process computerd (providers/fake) with the
 // service's variables as its environment; its domain is its loopback
@@ -28,9 +36,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +64,8 @@ type fakeRailway struct {
 	failDeletes int
 	lastCreate  map[string]any
 	headers     http.Header
+	hosts       []string // the Host of each request
+	refused     []string // the messages of requests the schema refused
 }
 
 type fakeService struct {
@@ -66,27 +76,48 @@ type fakeService struct {
 	restartPolicy           string // ON_FAILURE until set, as on Railway
 }
 
+// The API's hosts: the one Railway documents, and the older one.
+const (
+	apiHost    = "backboard.railway.com"
+	oldAPIHost = "backboard.railway.app"
+)
+
 func newFakeRailway(t testing.TB) *fakeRailway {
 	f := &fakeRailway{t: t, Token: strings.ToLower(rand.Text()), Project: "prj-" + rand.Text()[:6], Env: "env-" + rand.Text()[:6],
 		vms: fake.New(t.TempDir(), nil), services: map[string]*fakeService{}}
-	f.srv = httptest.NewServer(f)
+	f.srv = httptest.NewTLSServer(f)
 	t.Cleanup(func() { f.srv.Close(); f.vms.Close() })
 	return f
+}
+
+// client returns an HTTP client that reaches the fake for Railway's API
+// hosts (trusting its certificate) and dials anything else as usual.
+func (f *fakeRailway) client() *http.Client {
+	tr := f.srv.Client().Transport.(*http.Transport).Clone()
+	var d net.Dialer
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if addr == apiHost+":443" || addr == oldAPIHost+":443" {
+			addr = f.srv.Listener.Addr().String()
+		}
+		return d.DialContext(ctx, network, addr)
+	}
+	tr.TLSClientConfig.ServerName = "example.com" // a name of httptest's certificate
+	return &http.Client{Transport: tr}
 }
 
 func (f *fakeRailway) creds(kind string) map[string]string {
 	return map[string]string{CredToken: f.Token, CredProjectID: f.Project, CredEnvironmentID: f.Env, CredTokenKind: kind}
 }
 
-var rootField = regexp.MustCompile(`^\s*(?:query|mutation)\s+\w+(?:\([^)]*\))?\s*\{\s*(\w+)`)
-
 func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.headers = r.Header.Clone()
+	f.hosts = append(f.hosts, r.Host)
 	w.Header().Set("Content-Type", "application/json")
-	if r.Method != "POST" || r.URL.Path != "/graphql/v2" {
+	if r.Host != apiHost || r.Method != "POST" || r.URL.Path != "/graphql/v2" {
 		w.WriteHeader(404)
+		json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"message": "the fake serves POST https://" + apiHost + "/graphql/v2 only"}}})
 		return
 	}
 	var req struct {
@@ -105,14 +136,19 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.errors(w, "Not Authorized")
 		return
 	}
-	m := rootField.FindStringSubmatch(req.Query)
-	if m == nil {
-		f.errors(w, "Syntax Error")
+	doc, gerr := checkRequest(req.Query, req.Variables)
+	if gerr == nil && len(doc.sel) != 1 {
+		gerr = invalid("the fake serves one root field a request")
+	}
+	if gerr != nil {
+		f.refused = append(f.refused, gerr.msg)
+		w.WriteHeader(400)
+		json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]any{{"message": gerr.msg, "extensions": map[string]string{"code": gerr.code}}}})
 		return
 	}
 	v := req.Variables
 	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
-	switch m[1] {
+	switch root := doc.sel[0].name; root {
 	case "serviceCreate":
 		in, _ := v["input"].(map[string]any)
 		f.lastCreate = in
@@ -149,12 +185,8 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		in, _ := v["input"].(map[string]any)
-		switch p := str(in, "restartPolicyType"); p {
-		case "ALWAYS", "ON_FAILURE", "NEVER":
+		if p := str(in, "restartPolicyType"); p != "" {
 			s.restartPolicy = p
-		default:
-			f.errors(w, "Variable \"$input\" got invalid value \""+p+"\" at \"input.restartPolicyType\"")
-			return
 		}
 		f.data(w, map[string]any{"serviceInstanceUpdate": true})
 	case "serviceInstanceDeploy":
@@ -225,7 +257,7 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.data(w, map[string]any{"variables": s.vars})
 	default:
-		f.errors(w, "Cannot query field \""+m[1]+"\"")
+		f.errors(w, "the fake does not serve "+root)
 	}
 }
 

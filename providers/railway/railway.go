@@ -47,7 +47,7 @@ const (
 
 // Defaults of the settings.
 const (
-	DefaultAPIURL        = "https://backboard.railway.app/graphql/v2"
+	DefaultAPIURL        = "https://backboard.railway.com/graphql/v2"
 	DefaultHeadlessImage = "ghcr.io/berthdev/headless:latest"
 	DefaultDesktopImage  = "ghcr.io/berthdev/desktop:latest"
 )
@@ -210,6 +210,9 @@ func (r *Railway) gql(ctx context.Context, cr creds, query string, vars map[stri
 		msg := httpapi.Redact(e.Message, cr.token)
 		low := strings.ToLower(msg)
 		switch {
+		case e.Extensions.Code == "GRAPHQL_VALIDATION_FAILED" || e.Extensions.Code == "GRAPHQL_PARSE_FAILED" || e.Extensions.Code == "BAD_USER_INPUT":
+			// The schema refused the request, as a 400 would say.
+			return httpapi.StatusError(http.StatusBadRequest, op+": "+msg)
 		case strings.Contains(low, "not authorized") || strings.Contains(low, "unauthorized") || e.Extensions.Code == "UNAUTHENTICATED":
 			return fmt.Errorf("%w: %s: %s", providers.ErrBadCredentials, op, msg)
 		case strings.Contains(low, "not found"):
@@ -313,35 +316,58 @@ func (r *Railway) Create(ctx context.Context, spec providers.Spec) (providers.Ma
 		}
 		r.log.Warn("create reply lost; found the service by its name", "computer", spec.ComputerID, "service", id)
 	}
-	if err := r.gql(ctx, cr, qPolicy, map[string]any{"serviceId": id, "environmentId": cr.env,
-		"input": map[string]any{"restartPolicyType": "NEVER"}}, nil); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: restart policy: %w", spec.ComputerID, err)
-	}
-	if err := r.gql(ctx, cr, qDeploy, map[string]any{"serviceId": id, "environmentId": cr.env}, nil); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: deploy: %w", spec.ComputerID, err)
-	}
-	if err := r.waitDeployed(ctx, cr, id); err != nil {
-		if errors.Is(err, providers.ErrBadImage) {
-			// The deployment failed for sure: delete the service, since
-			// the supervisor takes such a failure to mean nothing was
-			// left behind; if that fails too, answer an outage, so that
-			// it searches for the service by its labels instead.
+	endpoint, err := r.finish(ctx, cr, id)
+	if err != nil {
+		if definite(err) {
+			// The service will not serve: delete it, since the supervisor
+			// takes a definite failure to mean nothing was left behind; if
+			// that fails too, answer an outage, so that it searches for
+			// the service by its labels instead.
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 			defer cancel()
 			if derr := r.Destroy(providers.WithCredentials(dctx, spec.Credentials), id); derr != nil {
 				err = fmt.Errorf("%w: %v; deleting its service failed too: %v", providers.ErrUnavailable, err, derr)
 			}
 		}
+		var re *providers.RefusedError
+		if errors.As(err, &re) {
+			re.Message = fmt.Sprintf("create computer %s from image %s: %s", spec.ComputerID, image, re.Message)
+			return providers.Machine{}, re
+		}
 		return providers.Machine{}, fmt.Errorf("create computer %s: image %s: %w", spec.ComputerID, image, err)
+	}
+	r.log.Info("computer created", "computer", spec.ComputerID, "service", id)
+	return providers.Machine{ID: id, Endpoint: endpoint, Labels: spec.Labels()}, nil
+}
+
+// finish sets the service's restart policy, deploys it, waits for the
+// deployment and gives it a domain on computerd's port, returning the
+// endpoint.
+func (r *Railway) finish(ctx context.Context, cr creds, id string) (string, error) {
+	if err := r.gql(ctx, cr, qPolicy, map[string]any{"serviceId": id, "environmentId": cr.env,
+		"input": map[string]any{"restartPolicyType": "NEVER"}}, nil); err != nil {
+		return "", fmt.Errorf("restart policy: %w", err)
+	}
+	if err := r.gql(ctx, cr, qDeploy, map[string]any{"serviceId": id, "environmentId": cr.env}, nil); err != nil {
+		return "", fmt.Errorf("deploy: %w", err)
+	}
+	if err := r.waitDeployed(ctx, cr, id); err != nil {
+		return "", err
 	}
 	var dom struct {
 		ServiceDomainCreate struct{ ID, Domain string } `json:"serviceDomainCreate"`
 	}
 	if err := r.gql(ctx, cr, qDomainCreate, map[string]any{"input": map[string]any{"serviceId": id, "environmentId": cr.env, "targetPort": computerd.Port}}, &dom); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: domain: %w", spec.ComputerID, err)
+		return "", fmt.Errorf("domain: %w", err)
 	}
-	r.log.Info("computer created", "computer", spec.ComputerID, "service", id)
-	return providers.Machine{ID: id, Endpoint: r.o.DomainScheme + "://" + dom.ServiceDomainCreate.Domain, Labels: spec.Labels()}, nil
+	return r.o.DomainScheme + "://" + dom.ServiceDomainCreate.Domain, nil
+}
+
+// definite reports whether err says for sure that a call was refused or
+// failed, rather than that Railway could not be reached.
+func definite(err error) bool {
+	return errors.Is(err, providers.ErrRefused) || errors.Is(err, providers.ErrBadCredentials) ||
+		errors.Is(err, providers.ErrBadImage) || errors.Is(err, providers.ErrCapacity)
 }
 
 // waitDeployed polls the service's latest deployment until it succeeds.
@@ -365,8 +391,10 @@ func (r *Railway) waitDeployed(ctx context.Context, cr creds, id string) error {
 		case "SUCCESS":
 			return nil
 		case "FAILED", "CRASHED":
-			// The image did not pull or did not run.
-			return fmt.Errorf("deployment %s: %w", status, providers.ErrBadImage)
+			// The deployment ended for sure. Railway says why only in its
+			// logs, so this is not taken for a missing image.
+			return &providers.RefusedError{Status: http.StatusBadGateway, Code: httpapi.CodeRefused,
+				Message: fmt.Sprintf("Railway's deployment %s: the image did not pull or did not start; its deployment logs at Railway say why", status)}
 		case "REMOVED":
 			return fmt.Errorf("deployment %s: %w", status, providers.ErrUnavailable)
 		}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,6 +33,10 @@ type APIOptions struct {
 	KeyName, KeyHeader string
 	// Message reads the provider's own message from an error answer.
 	Message func(raw []byte) string
+	// Refused reports an error answer that refuses the request for sure
+	// though its status alone would say otherwise (Browser Use answers a
+	// timeout over its limit with 403); nil: by the status only.
+	Refused func(status int, raw []byte) bool
 }
 
 // API is a browser provider's API: its base URL, its calls, its log.
@@ -59,19 +64,29 @@ func NewAPI(o APIOptions) (*API, error) {
 	return &API{URL: base, Log: o.Logger.With("component", o.Provider), client: &httpapi.Client{
 		BaseURL: base, HTTP: o.Client, Timeout: 30 * time.Second, KeyName: o.KeyName,
 		Auth: func(h http.Header, key string) { h.Set(o.KeyHeader, key) },
-		Failure: func(_ int, raw []byte) (string, error) {
-			if o.Message == nil {
-				return "", nil
+		Failure: func(status int, raw []byte) (string, error) {
+			var msg string
+			if o.Message != nil {
+				msg = o.Message(raw)
 			}
-			return o.Message(raw), nil
+			if o.Refused != nil && o.Refused(status, raw) {
+				return msg, providers.ErrRefused
+			}
+			return msg, nil
 		},
 	}}, nil
 }
 
 // Call sends one API call with key; out receives a 2xx answer. Errors are
-// httpapi's: they name the call, never the key.
+// httpapi's: they name the call, never the key. A refusal (a 400 or 422,
+// or an answer APIOptions.Refused picks) is a *providers.RefusedError
+// that carries the provider's message.
 func (a *API) Call(ctx context.Context, key, method, path string, body, out any) error {
 	_, err := a.client.Do(ctx, key, httpapi.Call{Method: method, Path: path, Body: body}, out)
+	if re := (*providers.RefusedError)(nil); errors.Is(err, providers.ErrRefused) && !errors.As(err, &re) {
+		msg := strings.TrimPrefix(err.Error(), providers.ErrRefused.Error()+": ")
+		return &providers.RefusedError{Status: http.StatusUnprocessableEntity, Code: httpapi.CodeRefused, Message: "the provider refused the request: " + msg}
+	}
 	return err
 }
 

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -55,6 +59,43 @@ func TestTransport(t *testing.T) {
 	for _, path := range []string{"/v1/exec", "/v1/files/read", "/v1/screenshot"} {
 		if code, raw := do("POST", path); code != 422 || !strings.Contains(raw, CodeNotAvailable) || !strings.Contains(raw, "not available on a browser session") {
 			t.Errorf("%s: %d %s, want 422 %s", path, code, raw, CodeNotAvailable)
+		}
+	}
+}
+
+// TestCallRefused checks that a 400 or 422, and an answer Refused picks,
+// are refusals carrying the provider's message, while another 403 stays a
+// refused key.
+func TestCallRefused(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, _ := strconv.Atoi(r.URL.Query().Get("status"))
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"msg": %q}`, r.URL.Query().Get("msg"))
+	}))
+	defer srv.Close()
+	api, err := NewAPI(APIOptions{Provider: "testprov", Setting: "TEST_API_URL", URL: srv.URL, DefaultURL: "https://api.example",
+		KeyName: "apiKey", KeyHeader: "X-Key",
+		Message: func(raw []byte) string {
+			var e struct{ Msg string }
+			json.Unmarshal(raw, &e)
+			return e.Msg
+		},
+		Refused: func(status int, raw []byte) bool { return status == 403 && strings.Contains(string(raw), "limit") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		status, msg string
+		refused     bool
+	}{{"400", "timeout too long", true}, {"422", "unknown field", true}, {"403", "over the limit", true}, {"403", "bad key", false}} {
+		err := api.Call(t.Context(), "key-0123456789", "POST", "/things?status="+c.status+"&msg="+url.QueryEscape(c.msg), map[string]any{}, nil)
+		var re *providers.RefusedError
+		if got := errors.As(err, &re); got != c.refused || (got && (re.Status != 422 || !strings.Contains(re.Message, c.msg))) {
+			t.Errorf("%s %q: %v, want refused=%v with the message", c.status, c.msg, err, c.refused)
+		}
+		if !c.refused && !errors.Is(err, providers.ErrBadCredentials) {
+			t.Errorf("%s %q: %v, want a refused key", c.status, c.msg, err)
 		}
 	}
 }
