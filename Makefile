@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build run test test-k8s test-short fuzz images docker bench bench-density lint clean app app-package
+.PHONY: help build run test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ test: docker images ## run the whole suite, Docker integration tests included
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it
 	packaging/k8s-test/run.sh test
+
+test-live: ## check every hosted provider whose credentials are in the environment (E2B_API_KEY, ...) against the real service
+	BERTH_LIVE=1 $(GO) test -count=1 -timeout 20m -v -run 'TestLive$$' ./conformance/live/
 
 test-short: ## run the tests that need no Docker engine
 	$(GO) test -short -count=1 ./...

@@ -21,6 +21,8 @@ import (
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/e2b"
+	"github.com/berthdev/berth/providers/e2b/e2bfake"
 	_ "github.com/berthdev/berth/providers/standard"
 )
 
@@ -158,13 +160,53 @@ func TestLive(t *testing.T) {
 	}
 }
 
+// TestLiveCyclesOnFakes runs the live cycles where CI can: the computer
+// cycle on E2B's fake (held to E2B's contract), and the drive to a data:
+// page on a local Chromium, so that `make test-live` fails for the
+// service's reasons only.
+func TestLiveCyclesOnFakes(t *testing.T) {
+	t.Run("computer", func(t *testing.T) {
+		const key = "e2b_live_cycle_secret_0123456789"
+		f := e2bfake.New(t, key, "berth-headless", "berth-desktop")
+		tr := f.Transport()
+		t.Cleanup(tr.CloseIdleConnections)
+		liveComputer(t, e2b.ID, map[string]string{"apiKey": key}, func(log *slog.Logger) providers.Provider {
+			p, err := e2b.New(e2b.Options{
+				APIURL: f.URL, Domain: e2bfake.Domain, Scheme: "http",
+				HeadlessTemplate: "berth-headless", DesktopTemplate: "berth-desktop",
+				Transport: tr, Logger: log,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		})
+	})
+	t.Run("browser page", func(t *testing.T) {
+		browsertest.RequireChromium(t)
+		c, err := browsertest.StartChromium(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Stop)
+		drivePage(t, c.WS)
+	})
+}
+
+// drivePage drives the browser behind cdpURL to a page of the test's own
+// (a data: URL, since a hosted browser cannot reach this machine).
+func drivePage(t *testing.T, cdpURL string) {
+	page := "data:text/html," + url.PathEscape(`<title>berth-live-page</title><p id="x">hello from berth</p>`)
+	browsertest.DriveTo(t, cdpURL, page, "berth-live-page", "hello from berth")
+}
+
 // liveComputer runs the conformance suite's Tools scenario, the five
 // tools on a started computer and an empty one after a restart, on the
 // real service.
 func liveComputer(t *testing.T, id string, creds map[string]string, newProvider func(*slog.Logger) providers.Provider) {
 	h := providertest.Harness{ID: id, New: func(pt providertest.T, log *slog.Logger) providertest.Target {
 		p := newProvider(log)
-		return providertest.Target{Provider: p, Credentials: creds, Exists: func(ctx context.Context, label, value string) (bool, error) {
+		return providertest.Target{Provider: p, Credentials: creds, Faults: noFaults{}, Exists: func(ctx context.Context, label, value string) (bool, error) {
 			l, ok := p.(providers.Lister)
 			if !ok {
 				return true, nil // the service cannot be asked; the stop's own check stands
@@ -194,8 +236,7 @@ func liveBrowser(t *testing.T, id string, creds map[string]string, newProvider f
 	s := browsertest.NewStack(t, id, newProvider)
 	s.Connect("live", creds, 300)
 	v := s.Start("live", "wss://")
-	page := "data:text/html," + url.PathEscape(`<title>berth-live-page</title><p id="x">hello from berth</p>`)
-	browsertest.DriveTo(t, v.Browser.CDPURL, page, "berth-live-page", "hello from berth")
+	drivePage(t, v.Browser.CDPURL)
 	s.RequireNoShell("live")
 	if code, raw := s.Call("POST", "/v1/agents/live/computer/stop", nil); code != 200 {
 		t.Fatalf("stop: %d %s", code, raw)
@@ -208,3 +249,11 @@ func liveBrowser(t *testing.T, id string, creds map[string]string, newProvider f
 	}
 	s.RequireNotLogged(secrets)
 }
+
+// noFaults stands for a real service, which cannot be made to fail on
+// cue; the Tools scenario injects none.
+type noFaults struct{}
+
+func (noFaults) LoseNextCreateReply()   {}
+func (noFaults) FailNextDeletes(int)    {}
+func (noFaults) RefuseCredentials(bool) {}
