@@ -12,20 +12,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 const testToken = "tok-123"
 
 // testContext returns a context that ends before the test's deadline.
 func testContext(t *testing.T) context.Context {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	if d, ok := t.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
-		deadline = d.Add(-time.Second)
-	}
-	ctx, cancel := context.WithDeadline(t.Context(), deadline)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 30*time.Second)
 }
 
 // seen is one request as the fake supervisor received it.

@@ -25,9 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 30*time.Second)
 }
 
 // fake serves one handler and returns a client for it.

@@ -42,16 +42,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef-test-secret")
 
 // testContext returns a context that ends before the test's deadline.
 func testContext(t testing.TB) context.Context {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	if tt, ok := t.(*testing.T); ok {
-		if d, ok := tt.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
-			deadline = d.Add(-time.Second)
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 30*time.Second)
 }
 
 // deriver gives the computers' egress passwords, as the supervisor does.

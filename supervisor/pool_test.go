@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
+
 	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/computerd/server"
@@ -25,9 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testContext ends with the test, and after 30 s at most.
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 30*time.Second)
 }
 
 // pooler is a provider whose computers are real computerd servers on

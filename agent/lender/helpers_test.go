@@ -34,15 +34,7 @@ func requireDocker(t testing.TB) {
 }
 
 func testContext(t testing.TB, limit time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), limit)
-	t.Cleanup(cancel)
-	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
-		if dl, ok := d.Deadline(); ok {
-			ctx, cancel = context.WithDeadline(ctx, dl.Add(-5*time.Second))
-			t.Cleanup(cancel)
-		}
-	}
-	return ctx
+	return testkit.ContextTimeout(t, limit)
 }
 
 func testLogger(t testing.TB) *slog.Logger {

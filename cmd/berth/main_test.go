@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
+
 	"github.com/spf13/cobra"
 )
 
@@ -21,14 +23,7 @@ const testToken = "tok-test"
 
 // testContext returns a context that ends before the test's deadline.
 func testContext(t *testing.T) context.Context {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	if d, ok := t.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
-		deadline = d.Add(-time.Second)
-	}
-	ctx, cancel := context.WithDeadline(t.Context(), deadline)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 30*time.Second)
 }
 
 // call is one request the fake supervisor received.

@@ -71,14 +71,7 @@ func newHarness(t *testing.T) *harness {
 
 // testContext is bounded by the test's deadline, and by 60 s at most.
 func testContext(t *testing.T) context.Context {
-	t.Helper()
-	d := time.Now().Add(60 * time.Second)
-	if td, ok := t.Deadline(); ok && td.Before(d) {
-		d = td.Add(-time.Second)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 60*time.Second)
 }
 
 // testLogger logs to t.Log until the test ends.

@@ -26,13 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx := t.Context()
-	if d, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d)
-		t.Cleanup(cancel)
-	}
-	return ctx
+	return testkit.Context(t)
 }
 
 func open(t *testing.T, url string) *sql.DB {

@@ -43,13 +43,7 @@ const enableEngine = "apt-get install -y docker.io && (setsid dockerd >/tmp/dock
 // testContext returns a context that ends before the test's deadline, and at
 // most limit from now.
 func testContext(t *testing.T, limit time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), limit)
-	t.Cleanup(cancel)
-	if dl, ok := t.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-10*time.Second))
-		t.Cleanup(cancel)
-	}
-	return ctx
+	return testkit.ContextTimeout(t, limit)
 }
 
 // cleanupContext is for t.Cleanup functions, which run after t.Context ends.

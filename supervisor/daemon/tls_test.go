@@ -82,15 +82,7 @@ func tlsOptions(t *testing.T, certFile, keyFile string) daemon.Options {
 }
 
 func testContext(t *testing.T) context.Context {
-	ctx := t.Context()
-	if dl, ok := t.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-5*time.Second))
-		t.Cleanup(cancel)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 2*time.Minute)
 }
 
 // TestServeTLS: with a certificate and key the API answers over HTTPS

@@ -31,14 +31,7 @@ const (
 
 // testContext returns a context that ends before the test's deadline.
 func testContext(t *testing.T) context.Context {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	if d, ok := t.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
-		deadline = d.Add(-time.Second)
-	}
-	ctx, cancel := context.WithDeadline(t.Context(), deadline)
-	t.Cleanup(cancel)
-	return ctx
+	return testkit.ContextTimeout(t, 20*time.Second)
 }
 
 // call is one request the fake supervisor received.

@@ -21,15 +21,7 @@ import (
 func TestMain(m *testing.M) { testkit.VerifyTestMain(pgtest.Wrap(m)) }
 
 func testContext(tb testing.TB) context.Context {
-	ctx := tb.Context()
-	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
-		if d, ok := t.Deadline(); ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, d)
-			tb.Cleanup(cancel)
-		}
-	}
-	return ctx
+	return testkit.Context(tb)
 }
 
 func openSQLite(tb testing.TB) *sqlstore.Store {
