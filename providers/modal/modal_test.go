@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ func newFake(t providertest.T, log *slog.Logger) (*modalfake.Fake, *modal.Modal,
 	if err != nil {
 		t.Fatalf("modal.New: %v", err)
 	}
+	t.Cleanup(p.Close)
 	return f, p, creds
 }
 
@@ -52,7 +54,7 @@ var harness = providertest.Harness{
 	New: func(t providertest.T, log *slog.Logger) providertest.Target {
 		f, p, creds := newFake(t, log)
 		return providertest.Target{
-			Provider: p, Credentials: creds, Faults: f.Server,
+			Provider: p, Credentials: creds, Faults: f,
 			Exists: providertest.ExistsFunc(f.Exists),
 		}
 	},
@@ -73,14 +75,34 @@ func TestCreateRequest(t *testing.T) {
 	if sb.ImageID != desktop || sb.TimeoutSecs != 180 || len(sb.Ports) != 1 || sb.Ports[0] != computerd.Port {
 		t.Errorf("sandbox %+v: want image %s, timeout 180 s (lease plus grace), port 7070 open", sb, desktop)
 	}
+	// A sandbox runs the command it is given, not the image's CMD: the
+	// desktop image's is its start script, which starts computerd.
+	if !slices.Equal(sb.EntrypointArgs, []string{"desktop-start"}) || !sb.Serving {
+		t.Errorf("entrypoint args %q: want the desktop image's CMD, desktop-start", sb.EntrypointArgs)
+	}
 	providertest.CheckCreated(t, s, sb.Tags, sb.Env)
 	c := computerd.NewClient(m.Endpoint, "tok", computerd.WithTransport(p.Transport(m, creds)))
 	if _, err := c.Processes(t.Context()); err != nil {
 		t.Errorf("computerd through the tunnel: %v", err)
 	}
-	for _, r := range f.Requests() {
-		if !strings.HasPrefix(r.Path, "/"+modal.Service+"/") || r.Header.Get("Content-Type") != "application/json" {
-			t.Errorf("request %s %s", r.Method, r.Path)
+	// Every call went through gRPC, with the SDK's headers and, but for
+	// AuthTokenGet, the auth token.
+	methods := map[string]bool{}
+	for _, c := range f.Calls() {
+		methods[strings.TrimPrefix(c.Method, "/"+modal.Service+"/")] = true
+		if ct := c.Metadata.Get("content-type"); len(ct) != 1 || !strings.HasPrefix(ct[0], "application/grpc") {
+			t.Errorf("%s: content type %q, want application/grpc", c.Method, ct)
+		}
+		if len(c.Metadata.Get("x-modal-client-type")) == 0 || len(c.Metadata.Get("x-modal-client-version")) == 0 {
+			t.Errorf("%s: without the client type and version headers", c.Method)
+		}
+		if !strings.HasSuffix(c.Method, "/AuthTokenGet") && len(c.Metadata.Get("x-modal-auth-token")) == 0 {
+			t.Errorf("%s: without the auth token", c.Method)
+		}
+	}
+	for _, want := range []string{"AuthTokenGet", "AppGetOrCreate", "ImageFromId", "SecretGetOrCreate", "SandboxCreate", "SandboxGetTaskId", "SandboxGetTunnels"} {
+		if !methods[want] {
+			t.Errorf("no %s call (calls: %v)", want, methods)
 		}
 	}
 	ctx := providers.WithCredentials(t.Context(), creds)
@@ -101,6 +123,7 @@ func TestErrors(t *testing.T) {
 	}
 	providertest.CheckStatuses(t, f, func() error { _, err := p.Create(t.Context(), s); return err }, creds[modal.CredTokenSecret])
 	bad, _ := modal.New(modal.Options{ServerURL: f.URL, HeadlessImage: "im-missing", Transport: f.Transport()})
+	t.Cleanup(bad.Close)
 	s.Image = providers.ImageHeadless
 	if _, err := bad.Create(t.Context(), s); !errors.Is(err, providers.ErrBadImage) || !strings.Contains(err.Error(), "im-missing") {
 		t.Errorf("unknown image: %v", err)
@@ -113,7 +136,7 @@ func TestErrors(t *testing.T) {
 func TestBeforeTheSandbox(t *testing.T) {
 	f, p, creds := newFake(t, nil)
 	s := spec(creds)
-	f.FailNext(http.StatusServiceUnavailable) // AppGetOrCreate
+	f.FailNext(http.StatusServiceUnavailable) // the first call, AuthTokenGet, and its retries
 	_, err := p.Create(t.Context(), s)
 	if !errors.Is(err, providers.ErrUnavailable) || !errors.Is(err, providers.ErrRefused) {
 		t.Errorf("app lookup answered 503: %v, want an outage that is definite", err)
@@ -191,8 +214,8 @@ func TestListPages(t *testing.T) {
 		t.Errorf("listed %d sandboxes (%d distinct), want the 7 made: %v", len(ms), len(got), ms)
 	}
 	lists := 0
-	for _, r := range f.Requests() {
-		if strings.HasSuffix(r.Path, "/SandboxList") {
+	for _, c := range f.Calls() {
+		if strings.HasSuffix(c.Method, "/SandboxList") {
 			lists++
 		}
 	}
