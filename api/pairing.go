@@ -25,10 +25,12 @@ type PairCode struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
-// Paired is a companion agent's id and token, as pairing returns them.
+// Paired is a lender's (companion's) id and token, as pairing returns
+// them; the id is "agentId" on the wire, as companions paired before read
+// it.
 type Paired struct {
-	AgentID string `json:"agentId"`
-	Token   string `json:"token"`
+	LenderID string `json:"agentId"`
+	Token    string `json:"token"`
 	// RelayURL is the relay the agent connects to; empty when the
 	// supervisor has none.
 	RelayURL string `json:"relayUrl,omitempty"`

@@ -307,7 +307,7 @@ func TestDevLendingByHand(t *testing.T) {
 	pair.Env = env
 	out, err := pair.CombinedOutput()
 	t.Logf("berth agent pair: %s", out)
-	m := regexp.MustCompile(`paired as agent (cp_\S+) with`).FindSubmatch(out)
+	m := regexp.MustCompile(`paired as companion (cp_\S+) with`).FindSubmatch(out)
 	if err != nil || m == nil {
 		t.Fatalf("pair: %v", err)
 	}

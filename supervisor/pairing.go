@@ -126,7 +126,7 @@ func (s *Pairing) Pair(ctx context.Context, r PairRequest) (Paired, error) {
 		return Paired{}, fmt.Errorf("pair: %w", err)
 	}
 	s.log.Info("companion paired", "agent", c.ID, "name", c.Name)
-	return Paired{AgentID: c.ID, Token: tok, RelayURL: s.relayURL}, nil
+	return Paired{LenderID: c.ID, Token: tok, RelayURL: s.relayURL}, nil
 }
 
 // AuthenticateCompanion returns the companion agent whose token tok is; a

@@ -115,9 +115,9 @@ type RelayStatus struct {
 // Pairing names the supervisor the agent is paired with; the token is
 // never part of it.
 type Pairing struct {
-	Paired  bool   `json:"paired"`
-	URL     string `json:"url,omitempty"`
-	AgentID string `json:"agentId,omitempty"` // this machine's companion id
+	Paired   bool   `json:"paired"`
+	URL      string `json:"url,omitempty"`
+	LenderID string `json:"agentId,omitempty"` // this machine's companion id
 }
 
 // Session is one computer running on this machine.

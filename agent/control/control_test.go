@@ -46,7 +46,7 @@ func serve(t *testing.T) (*lender.Lender, *control.Client, string) {
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{
 		LenderID: "cp_control", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
-		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_control"}, RelayURL: "ws://relay.test/v1/agents/connect",
+		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", LenderID: "cp_control"}, RelayURL: "ws://relay.test/v1/agents/connect",
 		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
 			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: testImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
 		},
@@ -107,7 +107,7 @@ func TestControlAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !st.Lending || st.Relay.Online || st.Relay.URL != "ws://relay.test/v1/agents/connect" || !st.Supervisor.Paired ||
-		st.Supervisor.AgentID != "cp_control" || st.DailySeconds != lender.DefaultSettings().DailySeconds {
+		st.Supervisor.LenderID != "cp_control" || st.DailySeconds != lender.DefaultSettings().DailySeconds {
 		t.Fatalf("status %+v", st)
 	}
 

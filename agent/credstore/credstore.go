@@ -39,7 +39,7 @@ const (
 
 // Credentials are what an agent needs to reach its supervisor.
 type Credentials struct {
-	AgentID       string `json:"agentId"`
+	LenderID      string `json:"agentId"`
 	Token         string `json:"token"`
 	SupervisorURL string `json:"supervisorUrl"`
 	// RelayURL is the relay the supervisor named at pairing.

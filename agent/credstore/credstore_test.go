@@ -14,7 +14,7 @@ import (
 
 // The keyring mock is process-wide: these tests do not run in parallel.
 
-var creds = credstore.Credentials{AgentID: "cp_abc", Token: "tok-secret-0123456789", SupervisorURL: "http://127.0.0.1:8080"}
+var creds = credstore.Credentials{LenderID: "cp_abc", Token: "tok-secret-0123456789", SupervisorURL: "http://127.0.0.1:8080"}
 
 func newStore(t *testing.T, opts ...credstore.Option) (*credstore.Store, string) {
 	t.Helper()
@@ -63,7 +63,7 @@ func checkFile(t *testing.T, dir string) {
 		}
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, credstore.FileName))
-	if bytes.Contains(raw, []byte(creds.Token)) || bytes.Contains(raw, []byte(creds.AgentID)) {
+	if bytes.Contains(raw, []byte(creds.Token)) || bytes.Contains(raw, []byte(creds.LenderID)) {
 		t.Errorf("the credentials file holds the credentials in clear")
 	}
 }

@@ -114,7 +114,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		LenderID: o.LenderID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
 		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
 		OpenTURN: docker.OpenTURN, CloseTURN: docker.UnguardTURN, TURNRelay: o.TURNRelay,
-		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, AgentID: o.LenderID},
+		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, LenderID: o.LenderID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base
 			opts.CPUs, opts.MemoryMB = cpus, memoryMB

@@ -7,7 +7,7 @@ import (
 )
 
 func TestStateOf(t *testing.T) {
-	paired := control.Pairing{Paired: true, URL: "https://berth.example.com", AgentID: "cp_1"}
+	paired := control.Pairing{Paired: true, URL: "https://berth.example.com", LenderID: "cp_1"}
 	online := control.RelayStatus{Online: true}
 	for _, c := range []struct {
 		s    control.Status

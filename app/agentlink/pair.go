@@ -14,7 +14,7 @@ import (
 // supervisor and where its token was kept. The token itself is not part
 // of it.
 type Paired struct {
-	AgentID       string
+	LenderID      string
 	SupervisorURL string
 	// RelayURL is the relay the supervisor named, if any.
 	RelayURL string
@@ -49,9 +49,9 @@ func PairWith(ctx context.Context, c *api.Client, store *credstore.Store, code, 
 	if err != nil {
 		return Paired{}, fmt.Errorf("pair: %w", err)
 	}
-	where, err := store.Save(credstore.Credentials{AgentID: p.AgentID, Token: p.Token, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL})
+	where, err := store.Save(credstore.Credentials{LenderID: p.LenderID, Token: p.Token, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL})
 	if err != nil {
-		return Paired{}, fmt.Errorf("paired as agent %s, but could not keep its token: %w (pair again with a new code)", p.AgentID, err)
+		return Paired{}, fmt.Errorf("paired as companion %s, but could not keep its token: %w (pair again with a new code)", p.LenderID, err)
 	}
-	return Paired{AgentID: p.AgentID, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL, StoredIn: where}, nil
+	return Paired{LenderID: p.LenderID, SupervisorURL: c.BaseURL(), RelayURL: p.RelayURL, StoredIn: where}, nil
 }

@@ -176,11 +176,11 @@ func (r *runner) runOnce(ctx context.Context) error {
 		r.mu.Unlock()
 	}()
 	err = lender.RunAgent(rctx, lender.AgentOptions{
-		LenderID: creds.AgentID, Token: creds.Token, RelayURL: creds.RelayURL, SupervisorURL: creds.SupervisorURL,
+		LenderID: creds.LenderID, Token: creds.Token, RelayURL: creds.RelayURL, SupervisorURL: creds.SupervisorURL,
 		DataDir: r.dataDir, Socket: r.socket, Docker: r.docker, Logger: r.log, Version: r.version,
 		Ready: func(*lender.Lender) {
 			r.setProblem("")
-			r.log.Info("agent running in the app", "agent", creds.AgentID, "socket", r.socket)
+			r.log.Info("agent running in the app", "agent", creds.LenderID, "socket", r.socket)
 		},
 	})
 	if rctx.Err() != nil && ctx.Err() == nil {

@@ -46,14 +46,14 @@ func TestOwnAgent(t *testing.T) {
 	}
 
 	// Pairing stores the credentials and restarts the agent.
-	if _, err := store.Save(credstore.Credentials{AgentID: "cp_own", Token: "tok-own", SupervisorURL: "http://supervisor.test",
+	if _, err := store.Save(credstore.Credentials{LenderID: "cp_own", Token: "tok-own", SupervisorURL: "http://supervisor.test",
 		RelayURL: "ws://127.0.0.1:1/v1/agents/connect"}); err != nil {
 		t.Fatal(err)
 	}
 	r.Restart()
 	answers := func() bool {
 		st, err := c.Status(ctx)
-		return err == nil && st.Supervisor.AgentID == "cp_own" && st.Supervisor.URL == "http://supervisor.test"
+		return err == nil && st.Supervisor.LenderID == "cp_own" && st.Supervisor.URL == "http://supervisor.test"
 	}
 	testkit.EventuallyContext(t, ctx, "the agent's status on its socket", answers)
 	if p := r.Problem(); p != "" {

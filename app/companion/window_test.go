@@ -91,7 +91,7 @@ func agentWithComputer(t *testing.T, ctx context.Context, desktop bool) (*lender
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	l, err := lender.New(lender.Config{
 		LenderID: "cp_window", DataDir: dir, Ledger: led, Engine: eng, Logger: log, Version: "test",
-		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_window"},
+		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", LenderID: "cp_window"},
 		Docker: func(cpus float64, memoryMB int64) (lender.Docker, error) {
 			return docker.New(docker.Options{HeadlessImage: testImage, DesktopImage: desktopImage, CPUs: cpus, MemoryMB: memoryMB, Logger: log})
 		},

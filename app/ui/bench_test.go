@@ -36,7 +36,7 @@ func BenchmarkRefresh(b *testing.B) {
 	defer eng.Close()
 	l, err := lender.New(lender.Config{
 		LenderID: "cp_bench", DataDir: dir, Ledger: led, Engine: eng, Version: "bench",
-		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", AgentID: "cp_bench"},
+		Pairing: control.Pairing{Paired: true, URL: "http://supervisor.test", LenderID: "cp_bench"},
 		Docker:  func(float64, int64) (lender.Docker, error) { return docker.New(docker.Options{}) },
 	})
 	if err != nil {

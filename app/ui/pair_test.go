@@ -105,10 +105,10 @@ func TestPair(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no credentials stored: %v (result %q)", err, v.pairOut.Text)
 	}
-	if got.SupervisorURL != srv.URL || got.AgentID == "" || got.Token == "" {
+	if got.SupervisorURL != srv.URL || got.LenderID == "" || got.Token == "" {
 		t.Errorf("stored %+v", got)
 	}
-	want := "Paired as agent " + got.AgentID + " with " + srv.URL + ". Its token is kept in an encrypted file (no system keyring here)."
+	want := "Paired as companion " + got.LenderID + " with " + srv.URL + ". Its token is kept in an encrypted file (no system keyring here)."
 	if v.pairOut.Text != want {
 		t.Errorf("result = %q, want %q", v.pairOut.Text, want)
 	}

@@ -160,7 +160,7 @@ func (v *settingsView) load(s control.Settings) {
 // installed.
 func (v *settingsView) applyStatus(s control.Status) {
 	if s.Supervisor.Paired {
-		v.pairedAs.SetText(fmt.Sprintf("Paired as agent %s with %s.", s.Supervisor.AgentID, s.Supervisor.URL))
+		v.pairedAs.SetText(fmt.Sprintf("Paired as companion %s with %s.", s.Supervisor.LenderID, s.Supervisor.URL))
 	} else {
 		v.pairedAs.SetText("Not paired with a supervisor.")
 	}
@@ -248,7 +248,7 @@ func (v *settingsView) pairNow() {
 		if p.StoredIn == credstore.InFile {
 			kept = "an encrypted file (no system keyring here)"
 		}
-		return fmt.Sprintf("Paired as agent %s with %s. Its token is kept in %s.", p.AgentID, p.SupervisorURL, kept), nil
+		return fmt.Sprintf("Paired as companion %s with %s. Its token is kept in %s.", p.LenderID, p.SupervisorURL, kept), nil
 	}, func(msg string, err error) {
 		v.pair.Enable()
 		if err != nil {

@@ -56,7 +56,7 @@ func baseAgent(t *testing.T) *memAgent {
 	return &memAgent{
 		status: control.Status{
 			Relay:      control.RelayStatus{URL: "wss://relay.example.com", Online: true},
-			Supervisor: control.Pairing{Paired: true, URL: "https://berth.example.com", AgentID: "cp_lab"},
+			Supervisor: control.Pairing{Paired: true, URL: "https://berth.example.com", LenderID: "cp_lab"},
 			Version:    "test",
 		},
 		settings: control.Settings{

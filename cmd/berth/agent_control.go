@@ -112,7 +112,7 @@ budget, the egress proxy and the warm pool.`,
 			}
 			sup := "not paired"
 			if st.Supervisor.Paired {
-				sup = st.Supervisor.URL + " as " + st.Supervisor.AgentID
+				sup = st.Supervisor.URL + " as " + st.Supervisor.LenderID
 			}
 			egress := "off"
 			switch {

@@ -66,13 +66,13 @@ https://, or --insecure to allow it anyway.`,
 			if jsonOutput(cmd) {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]string{"agentId": p.AgentID, "supervisorUrl": c.BaseURL(), "storedIn": where})
+				return enc.Encode(map[string]string{"agentId": p.LenderID, "supervisorUrl": c.BaseURL(), "storedIn": where})
 			}
 			kept := "the OS keyring"
 			if where == credstore.InFile {
 				kept = "an encrypted file in " + store.Dir() + " (no OS keyring available)"
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "paired as agent %s with %s; token kept in %s\n", p.AgentID, c.BaseURL(), kept)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "paired as companion %s with %s; token kept in %s\n", p.LenderID, c.BaseURL(), kept)
 			return err
 		},
 	}

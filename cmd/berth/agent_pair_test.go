@@ -30,7 +30,7 @@ func TestAgentPair(t *testing.T) {
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`"}`)
 	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL+"/", "--name", "lab laptop")
-	r.want(t, 0, "paired as agent cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
+	r.want(t, 0, "paired as companion cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
 	if strings.Contains(r.stdout+r.stderr, pairToken) {
 		t.Errorf("the token was printed")
 	}
@@ -48,7 +48,7 @@ func TestAgentPair(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := cs.Load()
-	want := credstore.Credentials{AgentID: "cp_abc", Token: pairToken, SupervisorURL: s.srv.URL}
+	want := credstore.Credentials{LenderID: "cp_abc", Token: pairToken, SupervisorURL: s.srv.URL}
 	if err != nil || got != want {
 		t.Fatalf("stored credentials = %+v, %v; want %+v", got, err, want)
 	}

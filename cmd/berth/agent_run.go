@@ -96,11 +96,11 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
-				LenderID: creds.AgentID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay, Unguarded: unguarded,
+				LenderID: creds.LenderID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay, Unguarded: unguarded,
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",
-						creds.AgentID, creds.SupervisorURL, relayURL, socket)
+						creds.LenderID, creds.SupervisorURL, relayURL, socket)
 				},
 			})
 		},

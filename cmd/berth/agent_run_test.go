@@ -26,7 +26,7 @@ func TestAgentPairKeepsRelay(t *testing.T) {
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`","relayUrl":"wss://relay.example/v1/agents/connect"}`)
 	run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL).want(t, 0,
-		"paired as agent cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
+		"paired as companion cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
 	cs, err := credstore.New(credstore.WithDir(dir), credstore.FileOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestAgentRunRefusesPlainWS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.Save(credstore.Credentials{AgentID: "cp_abc", Token: pairToken, SupervisorURL: "https://berth.example.com",
+	if _, err := cs.Save(credstore.Credentials{LenderID: "cp_abc", Token: pairToken, SupervisorURL: "https://berth.example.com",
 		RelayURL: "ws://192.0.2.10:8081/v1/agents/connect"}); err != nil {
 		t.Fatal(err)
 	}

@@ -161,7 +161,7 @@ func (l *devLending) devAgent(ctx context.Context, svc *sv.Service) (devAgentCre
 	if err != nil {
 		return c, err
 	}
-	c = devAgentCreds{LenderID: paired.AgentID, Token: paired.Token}
+	c = devAgentCreds{LenderID: paired.LenderID, Token: paired.Token}
 	b, _ = json.Marshal(c)
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		return c, err

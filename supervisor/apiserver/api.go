@@ -203,7 +203,7 @@ func (h *Handler) pair(w http.ResponseWriter, r *http.Request) {
 		p, err = h.svc.Pair(r.Context(), req)
 	}
 	if err == nil {
-		h.svc.Record(supervisor.WithPrincipal(r.Context(), supervisor.Principal{Actor: "pairing"}), "companion.pair", "", p.AgentID, "")
+		h.svc.Record(supervisor.WithPrincipal(r.Context(), supervisor.Principal{Actor: "pairing"}), "companion.pair", "", p.LenderID, "")
 	}
 	if err != nil {
 		writeError(w, h.logged(r, err))

@@ -53,28 +53,28 @@ func TestRevokeCompanion(t *testing.T) {
 		t.Fatalf("pair: %d %s", st, code)
 	}
 	lf.mu.Lock()
-	lf.lender = paired.AgentID
+	lf.lender = paired.LenderID
 	lf.mu.Unlock()
 	e.mustCall("POST", "/v1/agents/a1/computer/start", nil, 200, nil)
 
 	var list api.CompanionList
 	e.mustCall("GET", "/v1/companions", nil, 200, &list)
-	if len(list.Companions) != 1 || list.Companions[0].ID != paired.AgentID || list.Companions[0].Name != "laptop" {
+	if len(list.Companions) != 1 || list.Companions[0].ID != paired.LenderID || list.Companions[0].Name != "laptop" {
 		t.Fatalf("companions = %+v", list.Companions)
 	}
 	w := e.as(e.key(api.CreateKeyRequest{Name: "w1", Scope: "workspace", Workspace: "w1"}).Secret)
 	w.want("GET", "/v1/companions", nil, 403, supervisor.CodeForbidden)
-	w.want("DELETE", "/v1/companions/"+paired.AgentID, nil, 403, supervisor.CodeForbidden)
+	w.want("DELETE", "/v1/companions/"+paired.LenderID, nil, 403, supervisor.CodeForbidden)
 
 	var out struct{ EndedSessions int }
-	e.mustCall("DELETE", "/v1/companions/"+paired.AgentID, nil, 200, &out)
+	e.mustCall("DELETE", "/v1/companions/"+paired.LenderID, nil, 200, &out)
 	if out.EndedSessions != 1 {
 		t.Errorf("ended %d sessions, want 1", out.EndedSessions)
 	}
 	if _, err := e.svc.AuthenticateCompanion(context.Background(), paired.Token); supervisor.AsError(err).Status != 401 {
 		t.Errorf("revoked companion's token: %v, want 401", err)
 	}
-	if lf.dropped == nil || lf.dropped[0] != paired.AgentID {
+	if lf.dropped == nil || lf.dropped[0] != paired.LenderID {
 		t.Errorf("dropped links = %v", lf.dropped)
 	}
 	var status supervisor.StatusView
@@ -89,7 +89,7 @@ func TestRevokeCompanion(t *testing.T) {
 	if len(list.Companions) != 0 {
 		t.Errorf("companions after revoke = %+v", list.Companions)
 	}
-	e.want("DELETE", "/v1/companions/"+paired.AgentID, nil, 404, supervisor.CodeNotFound)
+	e.want("DELETE", "/v1/companions/"+paired.LenderID, nil, 404, supervisor.CodeNotFound)
 
 	var log api.AuditLog
 	e.mustCall("GET", "/v1/audit", nil, 200, &log)

@@ -80,14 +80,14 @@ func TestPairOnce(t *testing.T) {
 	if st, code := e.anon("POST", "/v1/companions/pair", map[string]string{"code": typed}, &p); st != http.StatusCreated {
 		t.Fatalf("pair: %d %s", st, code)
 	}
-	if !strings.HasPrefix(p.AgentID, "cp_") {
-		t.Errorf("agentId = %q", p.AgentID)
+	if !strings.HasPrefix(p.LenderID, "cp_") {
+		t.Errorf("agentId = %q", p.LenderID)
 	}
 	if raw, err := base64.RawURLEncoding.DecodeString(p.Token); err != nil || len(raw) != 32 {
 		t.Errorf("token %q is not 32 bytes of base64url (%v)", p.Token, err)
 	}
 	c, err := e.svc.AuthenticateCompanion(t.Context(), p.Token)
-	if err != nil || c.ID != p.AgentID || c.Name != "lab laptop" {
+	if err != nil || c.ID != p.LenderID || c.Name != "lab laptop" {
 		t.Errorf("companion by token: %+v, %v", c, err)
 	}
 	if _, err := e.svc.AuthenticateCompanion(t.Context(), p.Token+"x"); supervisor.AsError(err).Status != http.StatusUnauthorized {
@@ -116,7 +116,7 @@ func TestPairNameFromAgent(t *testing.T) {
 	if st, code := e.anon("POST", "/v1/companions/pair", map[string]string{"code": pc.Code, "name": "desk pc"}, &p); st != http.StatusCreated {
 		t.Fatalf("pair: %d %s", st, code)
 	}
-	c, err := e.st.GetCompanion(t.Context(), p.AgentID)
+	c, err := e.st.GetCompanion(t.Context(), p.LenderID)
 	if err != nil || c.Name != "desk pc" {
 		t.Errorf("companion = %+v, %v", c, err)
 	}

@@ -20,8 +20,8 @@ type PairCode struct {
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	UsedAt    time.Time // zero until the code is redeemed
-	// AgentID is the companion agent the code was redeemed for.
-	AgentID string
+	// LenderID is the lender (companion) the code was redeemed for.
+	LenderID string
 }
 
 // Companion is a lender's machine paired with the supervisor: its agent
