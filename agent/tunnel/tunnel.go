@@ -1,10 +1,13 @@
 // Package tunnel is the bring-your-own-computer runner behind
-// `berth agent tunnel`: it starts one disposable computer through the Docker
+// `berth agent tunnel`: it starts a disposable computer through the Docker
 // provider, serves its computerd on a loopback port through a reverse proxy,
 // exposes that port through cloudflared when it is installed, and writes a
 // connection file (URL and token) that a supervisor's `tunnel` connection
-// takes. When the lifetime ends or the context is cancelled it removes the
-// file and destroys the computer.
+// takes. Next to the proxy it serves the runner API (runner.go): a
+// supervisor claims the computer for one session at a time, and when the
+// session ends the runner destroys it and starts a fresh one, so that every
+// session starts empty. When the lifetime ends or the context is cancelled
+// it removes the file and destroys the computer.
 package tunnel
 
 import (
@@ -174,33 +177,27 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	m, d, err := startComputer(ctx, opts, tok, log)
+	r, err := startRunner(ctx, opts, tok, log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if err := d.Destroy(cctx, m.ID); err != nil {
-			log.Error("destroy computer", "machine", m.ID, "err", err)
-			fmt.Fprintf(out, "could not destroy the computer %s: %v (remove it with: docker rm -f %s)\n", m.ID, err, m.ID)
-		} else {
-			fmt.Fprintf(out, "destroyed the computer %s\n", m.ID)
+		if machine, err := r.close(); err != nil {
+			log.Error("destroy computer", "machine", machine, "err", err)
+			fmt.Fprintf(out, "could not destroy the computer %s: %v (remove it with: docker rm -f %s)\n", machine, err, machine)
+		} else if machine != "" {
+			fmt.Fprintf(out, "destroyed the computer %s\n", machine)
 		}
-		d.Close()
+		r.d.Close()
 	}()
 	// What Berth processes on this engine left past their time goes too.
 	gcCtx, stopGC := context.WithCancel(context.WithoutCancel(ctx))
 	gcDone := make(chan struct{})
-	go func() { defer close(gcDone); d.RunGarbageCollector(gcCtx) }()
+	go func() { defer close(gcDone); r.d.RunGarbageCollector(gcCtx) }()
 	defer func() { stopGC(); <-gcDone }()
 
-	target, err := url.Parse(m.Endpoint)
-	if err != nil {
-		return fmt.Errorf("computer endpoint %q: %w", m.Endpoint, err)
-	}
 	srv := &http.Server{
-		Handler:           newProxy(target, log),
+		Handler:           r,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -215,7 +212,8 @@ func Run(ctx context.Context, opts Options) error {
 		<-served
 	}()
 
-	info := Info{LocalURL: local, Token: tok, MachineID: m.ID, Endpoint: m.Endpoint}
+	m, _ := r.current()
+	info := Info{LocalURL: local, Token: tok, MachineID: m.machine, Endpoint: m.endpoint}
 	tunnelDone := make(chan error, 1)
 	switch bin, lerr := opts.LookPath(Cloudflared); {
 	case opts.URL != "":
@@ -253,7 +251,7 @@ func Run(ctx context.Context, opts Options) error {
 	fmt.Fprintf(out, "wrote the connection file %s (url and token, readable only by you)\n", opts.ConnectionFile)
 	fmt.Fprintf(out, "the token grants command access to the computer: give it only to the supervisor you connect\n")
 	fmt.Fprintf(out, "the computer ends at %s (lifetime %v), or on Ctrl-C\n", end.Format(time.TimeOnly), opts.Lifetime)
-	log.Info("computer served", "machine", m.ID, "url", info.URL, "local", local, "lifetime", opts.Lifetime)
+	log.Info("computer served", "machine", m.machine, "url", info.URL, "local", local, "lifetime", opts.Lifetime)
 	if opts.Ready != nil {
 		opts.Ready(info)
 	}
@@ -279,9 +277,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 }
 
-// startComputer creates the computer and waits for its computerd to accept
-// tok.
-func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logger) (providers.Machine, *docker.Docker, error) {
+// startRunner makes the Docker provider, closes this host to its
+// computers, and starts the first computer.
+func startRunner(ctx context.Context, opts Options, tok string, log *slog.Logger) (*runner, error) {
 	dopts := opts.Docker
 	dopts.NetworkPool = 0
 	if dopts.Logger == nil {
@@ -289,7 +287,7 @@ func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logg
 	}
 	d, err := docker.New(dopts)
 	if err != nil {
-		return providers.Machine{}, nil, err
+		return nil, err
 	}
 	guard := opts.GuardHost
 	if guard == nil {
@@ -298,37 +296,19 @@ func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logg
 	if err := guard(ctx); err != nil {
 		if !opts.Unguarded {
 			d.Close()
-			return providers.Machine{}, nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
+			return nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
 				"Run as root with iptables and ip6tables installed, or pass --unguarded to run it anyway", err)
 		}
 		log.Error("UNGUARDED: the computer can reach every service this host listens on (--unguarded)", "err", err)
 	}
-	id := "tunnel-" + randomHex(8)
-	spec := providers.Spec{
-		ComputerID: id,
-		SessionID:  id,
-		AttemptID:  "a-" + id,
-		Deployment: "tunnel",
-		AgentID:    "tunnel",
-		Image:      opts.Image,
-		TokenHash:  token.Hash(tok),
-		Lease:      opts.Lifetime,
-	}
-	m, err := d.Create(ctx, spec)
+	r := newRunner(ctx, d, tok, opts.Image, time.Now().Add(opts.Lifetime), log)
+	c, err := r.start(ctx, nil)
 	if err != nil {
 		d.Close()
-		return providers.Machine{}, nil, err
+		return nil, err
 	}
-	if err := waitHealthy(ctx, m.Endpoint, tok); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if derr := d.Destroy(cctx, m.ID); derr != nil {
-			log.Error("destroy computer", "machine", m.ID, "err", derr)
-		}
-		d.Close()
-		return providers.Machine{}, nil, err
-	}
-	return m, d, nil
+	r.set(c, nil)
+	return r, nil
 }
 
 func waitHealthy(ctx context.Context, endpoint, tok string) error {
