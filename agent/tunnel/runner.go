@@ -58,6 +58,7 @@ type runner struct {
 	// proxyEnv returns a computer's environment with the proxy variables
 	// (egress.ProxyVars) set for the runner's egress proxy, or removed.
 	proxyEnv func(computerID string, env map[string]string) map[string]string
+	egress   *egressRun // nil: no egress proxy
 
 	ctx    context.Context // ends when the run ends
 	cancel context.CancelFunc
@@ -143,6 +144,7 @@ func (r *runner) close() (machine string, err error) {
 	r.cancel() // under op: no reset starts background work after this
 	r.op.Unlock()
 	r.wg.Wait()
+	defer r.stopEgress()
 	r.op.Lock()
 	defer r.op.Unlock()
 	c, _ := r.current()

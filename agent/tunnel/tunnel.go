@@ -80,9 +80,12 @@ type Options struct {
 	// Unguarded starts the computer even when the host firewall cannot
 	// close this host to it (--unguarded); logged as an error.
 	Unguarded bool
-	// GuardHost closes this host to computers; nil is the docker
-	// provider's guard (iptables and ip6tables, no opening).
-	GuardHost func(context.Context) error
+	// GuardHost closes this host to computers except for the egress
+	// proxy's port (0: none); nil is the docker provider's guard
+	// (iptables and ip6tables).
+	GuardHost func(ctx context.Context, egressPort int) error
+	// Egress configures the computers' egress proxy.
+	Egress EgressOptions
 	// LookPath finds cloudflared; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// Out receives the messages for the person running the command; nil
@@ -102,6 +105,9 @@ type Info struct {
 	MachineID string // the Docker provider's machine id (the container name)
 	Endpoint  string // computerd on the Docker network
 	Tunnel    string // "quick", "named" or "none"
+	// Egress is the egress proxy's address as the computer reaches it;
+	// empty without one.
+	Egress string
 }
 
 // Connection is the content of the connection file.
@@ -214,6 +220,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	m, _ := r.current()
 	info := Info{LocalURL: local, Token: tok, MachineID: m.machine, Endpoint: m.endpoint}
+	if r.egress != nil {
+		info.Egress = r.egress.addr
+	}
 	tunnelDone := make(chan error, 1)
 	switch bin, lerr := opts.LookPath(Cloudflared); {
 	case opts.URL != "":
@@ -289,21 +298,35 @@ func startRunner(ctx context.Context, opts Options, tok string, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
+	eg, err := listenEgress(opts.Egress, log)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
 	guard := opts.GuardHost
 	if guard == nil {
-		guard = func(ctx context.Context) error { return d.GuardHost(ctx, 0) }
+		guard = d.GuardHost
 	}
-	if err := guard(ctx); err != nil {
+	if err := guard(ctx, eg.port()); err != nil {
 		if !opts.Unguarded {
+			eg.close()
 			d.Close()
 			return nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
 				"Run as root with iptables and ip6tables installed, or pass --unguarded to run it anyway", err)
 		}
 		log.Error("UNGUARDED: the computer can reach every service this host listens on (--unguarded)", "err", err)
+	} else if opts.GuardHost == nil && eg.port() != 0 {
+		eg.unguard = func(ctx context.Context) error { return docker.UnguardPort(ctx, eg.port()) }
 	}
 	r := newRunner(ctx, d, tok, opts.Image, time.Now().Add(opts.Lifetime), log)
+	if err := r.serveEgress(eg, opts.Egress); err != nil {
+		r.close()
+		d.Close()
+		return nil, err
+	}
 	c, err := r.start(ctx, nil)
 	if err != nil {
+		r.close()
 		d.Close()
 		return nil, err
 	}

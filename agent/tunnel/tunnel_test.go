@@ -410,7 +410,7 @@ func TestGuardFailsClosed(t *testing.T) {
 	cli := engine(t, ctx)
 	path := filepath.Join(t.TempDir(), "connection.json")
 	noCloudflared := func(string) (string, error) { return "", exec.ErrNotFound }
-	failing := func(context.Context) error { return errors.New("iptables: permission denied") }
+	failing := func(context.Context, int) error { return errors.New("iptables: permission denied") }
 	before, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", providers.LabelDeployment+"=tunnel")})
 	if err != nil {
 		t.Fatal(err)
