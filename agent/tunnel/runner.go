@@ -267,8 +267,8 @@ func (r *runner) serveClaim(w http.ResponseWriter, ctx context.Context, in ptunn
 }
 
 // serveReset destroys the computer in names and starts the next one in
-// the background. A machine that is not the current computer is gone
-// already.
+// the background, with the same environment. A machine that is not the
+// current computer is gone already.
 func (r *runner) serveReset(w http.ResponseWriter, ctx context.Context, in ptunnel.ResetRequest) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -299,7 +299,8 @@ func (r *runner) serveReset(w http.ResponseWriter, ctx context.Context, in ptunn
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, healthTimeout+cleanupTimeout)
 		defer cancel()
-		next, err := r.start(ctx, nil)
+		// The next session most likely brings the same environment.
+		next, err := r.start(ctx, c.env)
 		if err != nil {
 			r.log.Error("start the next computer", "err", err)
 			return

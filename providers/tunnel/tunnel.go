@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/providers"
 )
@@ -119,12 +119,14 @@ func credentials(c map[string]string) (base, key string, err error) {
 	return strings.TrimRight(u.String(), "/"), key, nil
 }
 
-// Create checks that the runner at the connection's url answers (GET
-// /healthz) and claims its computer for the session (POST ClaimPath, with
-// the apiKey), and returns the machine: the runner's computer at the
-// runner's URL. An unreachable runner is providers.ErrUnavailable, a
-// refused apiKey providers.ErrBadCredentials, a runner whose computer
-// another session holds a *providers.RefusedError (409 CodeInUse).
+// Create checks that the runner at the connection's url answers its
+// state (GET RunnerPath) with the apiKey and claims its computer for the
+// session (POST ClaimPath), and returns the machine: the runner's computer
+// at the runner's URL. Before the claim nothing can have been made, so a
+// runner that cannot be reached then, or whose computer another session
+// holds (409 CodeInUse), is a *providers.RefusedError, and a refused apiKey
+// providers.ErrBadCredentials; a claim whose answer is lost is
+// providers.ErrUnavailable, and the supervisor finds it with List.
 func (t *Tunnel) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	base, key, err := credentials(spec.Credentials)
 	if err != nil {
@@ -134,9 +136,17 @@ func (t *Tunnel) Create(ctx context.Context, spec providers.Spec) (providers.Mac
 	defer cancel()
 	hctx, hcancel := context.WithTimeout(ctx, checkTimeout)
 	defer hcancel()
-	c := computerd.NewClient(base, key, computerd.WithTransport(t.base))
-	if _, err := c.Health(hctx); err != nil {
-		return providers.Machine{}, fmt.Errorf("create computer %s: runner at %s: %w: %v", spec.ComputerID, base, providers.ErrUnavailable, err)
+	var st RunnerState
+	if err := t.call(hctx, base, key, http.MethodGet, RunnerPath, nil, &st); err != nil {
+		if errors.Is(err, providers.ErrBadCredentials) || errors.Is(err, providers.ErrRefused) {
+			return providers.Machine{}, fmt.Errorf("create computer %s: runner at %s: %w", spec.ComputerID, base, err)
+		}
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, &providers.RefusedError{
+			Status: http.StatusServiceUnavailable, Code: codeUnavailable,
+			Message: fmt.Sprintf("the tunnel runner at %s cannot be used (%v); is `berth agent tunnel` still running there?", base, err)})
+	}
+	if st.Claimed && st.Labels[providers.LabelAttempt] != spec.AttemptID {
+		return providers.Machine{}, fmt.Errorf("create computer %s: %w", spec.ComputerID, errInUse(""))
 	}
 	var res ClaimResult
 	err = t.call(ctx, base, key, http.MethodPost, ClaimPath, ClaimRequest{Labels: spec.Labels(), Env: spec.Env}, &res)
@@ -200,6 +210,19 @@ func (t *Tunnel) List(ctx context.Context) ([]providers.Machine, error) {
 	return []providers.Machine{{ID: st.Machine, Endpoint: base, Labels: st.Labels}}, nil
 }
 
+// codeUnavailable is the supervisor's code for a provider it cannot reach
+// (503).
+const codeUnavailable = "provider_unavailable"
+
+// errInUse is the refusal of a claim while another session holds the
+// runner's computer; msg is the runner's, if it said one.
+func errInUse(msg string) *providers.RefusedError {
+	if msg == "" {
+		msg = "the tunnel runner's computer is in use by another session: a runner serves one session at a time, and is free again once that session stops"
+	}
+	return &providers.RefusedError{Status: http.StatusConflict, Code: CodeInUse, Message: msg}
+}
+
 // call sends a runner API request and reads its answer into out, both
 // through MaxRunnerBytes. Errors wrap the provider's kinds: a refused
 // apiKey is providers.ErrBadCredentials, a claim while the computer is in
@@ -232,7 +255,7 @@ func (t *Tunnel) call(ctx context.Context, base, key, method, path string, in, o
 		case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 			return fmt.Errorf("the runner refused the apiKey: %w", providers.ErrBadCredentials)
 		case resp.StatusCode == http.StatusConflict && e.Code == CodeInUse:
-			return &providers.RefusedError{Status: http.StatusConflict, Code: CodeInUse, Message: e.Message}
+			return errInUse(e.Message)
 		case resp.StatusCode == http.StatusNotFound && e.Code != "":
 			return fmt.Errorf("%w: the runner has no %s (%d %s): it is older than this supervisor; run a newer berth agent tunnel",
 				providers.ErrUnavailable, path, e.Status, e.Code)

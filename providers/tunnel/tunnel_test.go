@@ -205,6 +205,10 @@ func TestOversizeAnswer(t *testing.T) {
 			w.Write([]byte(`{"ok":true}`))
 			return
 		}
+		if r.URL.Path == RunnerPath {
+			w.Write([]byte(`{"claimed":false}`))
+			return
+		}
 		w.Write([]byte(`{"machine":"` + strings.Repeat("x", 2*MaxRunnerBytes) + `"}`))
 	}))
 	defer srv.Close()
@@ -218,7 +222,8 @@ func TestOversizeAnswer(t *testing.T) {
 }
 
 // TestOldRunner: a runner without the runner API (its computerd answers
-// 404) is unavailable, with a message that says to upgrade it.
+// 404) is refused before any claim, with a message that says to upgrade
+// it.
 func TestOldRunner(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
@@ -232,8 +237,8 @@ func TestOldRunner(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	_, err := New(Options{Transport: tr}).Create(t.Context(), providers.Spec{ComputerID: "c1", AttemptID: "a1",
 		Credentials: map[string]string{"url": srv.URL, "apiKey": "k"}})
-	if !errors.Is(err, providers.ErrUnavailable) || !strings.Contains(err.Error(), "newer") {
-		t.Errorf("old runner: %v, want ErrUnavailable asking for a newer runner", err)
+	if !errors.Is(err, providers.ErrRefused) || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("old runner: %v, want a refusal asking for a newer runner", err)
 	}
 }
 
@@ -245,7 +250,8 @@ func TestCreateUnreachable(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	_, err := New(Options{Transport: tr}).Create(t.Context(), providers.Spec{ComputerID: "c1",
 		Credentials: map[string]string{"url": u, "apiKey": "k"}})
-	if !errors.Is(err, providers.ErrUnavailable) {
-		t.Errorf("unreachable runner: %v, want ErrUnavailable", err)
+	var re *providers.RefusedError
+	if !errors.As(err, &re) || re.Status != http.StatusServiceUnavailable {
+		t.Errorf("unreachable runner: %v, want a definite 503 refusal (nothing was claimed)", err)
 	}
 }
