@@ -172,7 +172,7 @@ func tunnelHarness(host string) providertest.Harness {
 				// The runner's URL is no secret (it is logged and
 				// answered as the endpoint); its token is.
 				Secrets: []string{info.Token},
-				Faults:      link,
+				Faults:  link,
 				Exists: func(ctx context.Context, label, value string) (bool, error) {
 					st, err := runnerState(ctx, base, info)
 					return st.Claimed && st.Labels[label] == value, err
