@@ -110,20 +110,18 @@ func (w logTo) Write(p []byte) (int, error) {
 // stand-in cloudflared; the runner's bad days are injected on the link to
 // it.
 //
-// Reconcile is left out: it runs two sessions at once on one connection,
-// and a runner serves one session at a time (a second claim is refused
-// with runner_in_use). TestTunnelReconcile checks what reconciliation
-// means for a runner.
+// Reconcile holds two sessions at once on one connection, and a runner
+// serves one session at a time (a second claim is refused with
+// runner_in_use): ReconcileOneAtATime, the same checks one session after
+// the other, runs in its place.
 func TestTunnel(t *testing.T) {
 	_, host := engine(t)
 	h := tunnelHarness(host)
 	for _, sc := range providertest.Scenarios() {
-		t.Run(sc.Name, func(t *testing.T) {
-			if sc.Name == "Reconcile" {
-				t.Skip("a runner serves one session at a time; see TestTunnelReconcile")
-			}
-			sc.Run(t, h)
-		})
+		if sc.Name == "Reconcile" {
+			sc = providertest.ReconcileOneAtATime
+		}
+		t.Run(sc.Name, func(t *testing.T) { sc.Run(t, h) })
 	}
 }
 
