@@ -102,8 +102,8 @@ type Info struct {
 	URL       string // the URL in the connection file
 	LocalURL  string // http://127.0.0.1:PORT
 	Token     string // the connection token
-	MachineID string // the Docker provider's machine id (the container name)
-	Endpoint  string // computerd on the Docker network
+	MachineID string // the first computer's machine id (the container name); each session gets a fresh one
+	Endpoint  string // the first computer's computerd on the Docker network
 	Tunnel    string // "quick", "named" or "none"
 	// Egress is the egress proxy's address as the computer reaches it;
 	// empty without one.
