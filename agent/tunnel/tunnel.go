@@ -1,10 +1,13 @@
 // Package tunnel is the bring-your-own-computer runner behind
-// `berth agent tunnel`: it starts one disposable computer through the Docker
+// `berth agent tunnel`: it starts a disposable computer through the Docker
 // provider, serves its computerd on a loopback port through a reverse proxy,
 // exposes that port through cloudflared when it is installed, and writes a
 // connection file (URL and token) that a supervisor's `tunnel` connection
-// takes. When the lifetime ends or the context is cancelled it removes the
-// file and destroys the computer.
+// takes. Next to the proxy it serves the runner API (runner.go): a
+// supervisor claims the computer for one session at a time, and when the
+// session ends the runner destroys it and starts a fresh one, so that every
+// session starts empty. When the lifetime ends or the context is cancelled
+// it removes the file and destroys the computer.
 package tunnel
 
 import (
@@ -77,9 +80,12 @@ type Options struct {
 	// Unguarded starts the computer even when the host firewall cannot
 	// close this host to it (--unguarded); logged as an error.
 	Unguarded bool
-	// GuardHost closes this host to computers; nil is the docker
-	// provider's guard (iptables and ip6tables, no opening).
-	GuardHost func(context.Context) error
+	// GuardHost closes this host to computers except for the egress
+	// proxy's port (0: none); nil is the docker provider's guard
+	// (iptables and ip6tables).
+	GuardHost func(ctx context.Context, egressPort int) error
+	// Egress configures the computers' egress proxy.
+	Egress EgressOptions
 	// LookPath finds cloudflared; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// Out receives the messages for the person running the command; nil
@@ -96,9 +102,12 @@ type Info struct {
 	URL       string // the URL in the connection file
 	LocalURL  string // http://127.0.0.1:PORT
 	Token     string // the connection token
-	MachineID string // the Docker provider's machine id (the container name)
-	Endpoint  string // computerd on the Docker network
+	MachineID string // the first computer's machine id (the container name); each session gets a fresh one
+	Endpoint  string // the first computer's computerd on the Docker network
 	Tunnel    string // "quick", "named" or "none"
+	// Egress is the egress proxy's address as the computer reaches it;
+	// empty without one.
+	Egress string
 }
 
 // Connection is the content of the connection file.
@@ -174,33 +183,27 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	m, d, err := startComputer(ctx, opts, tok, log)
+	r, err := startRunner(ctx, opts, tok, log)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if err := d.Destroy(cctx, m.ID); err != nil {
-			log.Error("destroy computer", "machine", m.ID, "err", err)
-			fmt.Fprintf(out, "could not destroy the computer %s: %v (remove it with: docker rm -f %s)\n", m.ID, err, m.ID)
-		} else {
-			fmt.Fprintf(out, "destroyed the computer %s\n", m.ID)
+		if machine, err := r.close(); err != nil {
+			log.Error("destroy computer", "machine", machine, "err", err)
+			fmt.Fprintf(out, "could not destroy the computer %s: %v (remove it with: docker rm -f %s)\n", machine, err, machine)
+		} else if machine != "" {
+			fmt.Fprintf(out, "destroyed the computer %s\n", machine)
 		}
-		d.Close()
+		r.d.Close()
 	}()
 	// What Berth processes on this engine left past their time goes too.
 	gcCtx, stopGC := context.WithCancel(context.WithoutCancel(ctx))
 	gcDone := make(chan struct{})
-	go func() { defer close(gcDone); d.RunGarbageCollector(gcCtx) }()
+	go func() { defer close(gcDone); r.d.RunGarbageCollector(gcCtx) }()
 	defer func() { stopGC(); <-gcDone }()
 
-	target, err := url.Parse(m.Endpoint)
-	if err != nil {
-		return fmt.Errorf("computer endpoint %q: %w", m.Endpoint, err)
-	}
 	srv := &http.Server{
-		Handler:           newProxy(target, log),
+		Handler:           r,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -215,7 +218,11 @@ func Run(ctx context.Context, opts Options) error {
 		<-served
 	}()
 
-	info := Info{LocalURL: local, Token: tok, MachineID: m.ID, Endpoint: m.Endpoint}
+	m, _ := r.current()
+	info := Info{LocalURL: local, Token: tok, MachineID: m.machine, Endpoint: m.endpoint}
+	if r.egress != nil {
+		info.Egress = r.egress.addr
+	}
 	tunnelDone := make(chan error, 1)
 	switch bin, lerr := opts.LookPath(Cloudflared); {
 	case opts.URL != "":
@@ -253,7 +260,7 @@ func Run(ctx context.Context, opts Options) error {
 	fmt.Fprintf(out, "wrote the connection file %s (url and token, readable only by you)\n", opts.ConnectionFile)
 	fmt.Fprintf(out, "the token grants command access to the computer: give it only to the supervisor you connect\n")
 	fmt.Fprintf(out, "the computer ends at %s (lifetime %v), or on Ctrl-C\n", end.Format(time.TimeOnly), opts.Lifetime)
-	log.Info("computer served", "machine", m.ID, "url", info.URL, "local", local, "lifetime", opts.Lifetime)
+	log.Info("computer served", "machine", m.machine, "url", info.URL, "local", local, "lifetime", opts.Lifetime)
 	if opts.Ready != nil {
 		opts.Ready(info)
 	}
@@ -279,9 +286,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 }
 
-// startComputer creates the computer and waits for its computerd to accept
-// tok.
-func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logger) (providers.Machine, *docker.Docker, error) {
+// startRunner makes the Docker provider, closes this host to its
+// computers, and starts the first computer.
+func startRunner(ctx context.Context, opts Options, tok string, log *slog.Logger) (*runner, error) {
 	dopts := opts.Docker
 	dopts.NetworkPool = 0
 	if dopts.Logger == nil {
@@ -289,46 +296,42 @@ func startComputer(ctx context.Context, opts Options, tok string, log *slog.Logg
 	}
 	d, err := docker.New(dopts)
 	if err != nil {
-		return providers.Machine{}, nil, err
+		return nil, err
+	}
+	eg, err := listenEgress(opts.Egress, log)
+	if err != nil {
+		d.Close()
+		return nil, err
 	}
 	guard := opts.GuardHost
 	if guard == nil {
-		guard = func(ctx context.Context) error { return d.GuardHost(ctx, 0) }
+		guard = d.GuardHost
 	}
-	if err := guard(ctx); err != nil {
+	if err := guard(ctx, eg.port()); err != nil {
 		if !opts.Unguarded {
+			eg.close()
 			d.Close()
-			return providers.Machine{}, nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
+			return nil, fmt.Errorf("cannot close this host to the computer (%v): it would reach every service this host listens on. "+
 				"Run as root with iptables and ip6tables installed, or pass --unguarded to run it anyway", err)
 		}
 		log.Error("UNGUARDED: the computer can reach every service this host listens on (--unguarded)", "err", err)
+	} else if opts.GuardHost == nil && eg.port() != 0 {
+		eg.unguard = func(ctx context.Context) error { return docker.UnguardPort(ctx, eg.port()) }
 	}
-	id := "tunnel-" + randomHex(8)
-	spec := providers.Spec{
-		ComputerID: id,
-		SessionID:  id,
-		AttemptID:  "a-" + id,
-		Deployment: "tunnel",
-		AgentID:    "tunnel",
-		Image:      opts.Image,
-		TokenHash:  token.Hash(tok),
-		Lease:      opts.Lifetime,
+	r := newRunner(ctx, d, tok, opts.Image, time.Now().Add(opts.Lifetime), log)
+	if err := r.serveEgress(eg, opts.Egress); err != nil {
+		r.close()
+		d.Close()
+		return nil, err
 	}
-	m, err := d.Create(ctx, spec)
+	c, err := r.start(ctx, nil)
 	if err != nil {
+		r.close()
 		d.Close()
-		return providers.Machine{}, nil, err
+		return nil, err
 	}
-	if err := waitHealthy(ctx, m.Endpoint, tok); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if derr := d.Destroy(cctx, m.ID); derr != nil {
-			log.Error("destroy computer", "machine", m.ID, "err", derr)
-		}
-		d.Close()
-		return providers.Machine{}, nil, err
-	}
-	return m, d, nil
+	r.set(c, nil)
+	return r, nil
 }
 
 func waitHealthy(ctx context.Context, endpoint, tok string) error {

@@ -274,7 +274,7 @@ func TestQuickTunnel(t *testing.T) {
 // checkProvider connects the tunnel provider to the runner at u.
 func checkProvider(t *testing.T, ctx context.Context, p *ptunnel.Tunnel, u, tok string) {
 	t.Helper()
-	spec := providers.Spec{ComputerID: "c-1", Credentials: map[string]string{"url": u, "apiKey": tok}}
+	spec := providers.Spec{ComputerID: "c-1", SessionID: "s-1", AttemptID: "a-1", Credentials: map[string]string{"url": u, "apiKey": tok}}
 	if err := p.CheckCredentials(spec.Credentials); err != nil {
 		t.Fatalf("CheckCredentials: %v", err)
 	}
@@ -282,8 +282,8 @@ func checkProvider(t *testing.T, ctx context.Context, p *ptunnel.Tunnel, u, tok 
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if m.Endpoint != u || m.ID != ptunnel.MachineID(u) {
-		t.Errorf("machine = %+v, want endpoint %s and id %s", m, u, ptunnel.MachineID(u))
+	if m.Endpoint != u || m.ID == "" {
+		t.Errorf("machine = %+v, want endpoint %s and the runner's machine id", m, u)
 	}
 
 	bad := spec
@@ -303,7 +303,7 @@ func checkProvider(t *testing.T, ctx context.Context, p *ptunnel.Tunnel, u, tok 
 	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "hi" {
 		t.Errorf("exec = %+v, want exit 0 and hi", res)
 	}
-	if err := p.Destroy(ctx, m.ID); err != nil {
+	if err := p.Destroy(providers.WithCredentials(ctx, spec.Credentials), m.ID); err != nil {
 		t.Errorf("Destroy: %v", err)
 	}
 }
@@ -410,7 +410,7 @@ func TestGuardFailsClosed(t *testing.T) {
 	cli := engine(t, ctx)
 	path := filepath.Join(t.TempDir(), "connection.json")
 	noCloudflared := func(string) (string, error) { return "", exec.ErrNotFound }
-	failing := func(context.Context) error { return errors.New("iptables: permission denied") }
+	failing := func(context.Context, int) error { return errors.New("iptables: permission denied") }
 	before, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", providers.LabelDeployment+"=tunnel")})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -21,7 +22,7 @@ func newAgentTunnelCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "tunnel --connection-file PATH",
-		Short: "Lend one disposable computer through a tunnel",
+		Short: "Lend a disposable computer, fresh for each session, through a tunnel",
 		Long: `Start one disposable computer on this machine's Docker engine and expose it
 through cloudflared: a quick tunnel when cloudflared is on PATH, or the URL of
 a named tunnel routed to --port with --url. Without cloudflared it serves on
@@ -29,10 +30,14 @@ a named tunnel routed to --port with --url. Without cloudflared it serves on
 
 The computer has no host mounts, no Docker socket and no host credentials,
 and the CPU, memory and process limits of COMPUTER_CPUS, COMPUTER_MEMORY_MB
-and COMPUTER_PIDS. The connection file (url and token, readable only by you)
-is what a supervisor's "tunnel" connection takes. The token grants command
-access to the computer. When the lifetime ends, or on Ctrl-C, the file is
-removed and the computer destroyed.`,
+and COMPUTER_PIDS. Its only way out is this command's own egress proxy, on
+the docker0 address (--egress), which refuses this machine's addresses, its
+LAN, loopback and the metadata address. The connection file (url and token,
+readable only by you) is what a supervisor's "tunnel" connection takes. The
+token grants command access to the computer. A supervisor holds the computer
+for one session at a time; when the session ends the computer is destroyed
+and a fresh one started, so every session starts empty. When the lifetime
+ends, or on Ctrl-C, the file is removed and the computer destroyed.`,
 		Example: `  berth agent tunnel --connection-file ~/berth-tunnel.json
   berth agent tunnel --lifetime 3600 --connection-file conn.json --url https://computer.example.com --port 7443`,
 		Args: cobra.NoArgs,
@@ -43,6 +48,11 @@ removed and the computer destroyed.`,
 			}
 			if opts.Port < 0 || opts.Port > 65535 {
 				return usagef("--port %d: want 0 (any free port) to 65535", opts.Port)
+			}
+			if e := opts.Egress.Listen; e != "" && e != "off" {
+				if _, _, err := net.SplitHostPort(e); err != nil {
+					return usagef("--egress %q: want HOST:PORT, :PORT or off", e)
+				}
 			}
 			d, err := docker.OptionsFromConfig(providers.Config{Getenv: os.Getenv})
 			if err != nil {
@@ -62,6 +72,7 @@ removed and the computer destroyed.`,
 	f.StringVar(&opts.ConnectionFile, "connection-file", "", "where to write the connection file (must not exist)")
 	f.StringVar(&opts.URL, "url", "", "a named tunnel's URL routed to --port (no quick tunnel is started)")
 	f.IntVar(&opts.Port, "port", 0, "the loopback port to serve the computer on (default: any free port)")
+	f.StringVar(&opts.Egress.Listen, "egress", "", "where the computer's egress proxy listens: HOST:PORT, :PORT on the docker0 address, or off for no way out (default: any free port on docker0)")
 	cmd.MarkFlagRequired("connection-file")
 	return cmd
 }

@@ -15,6 +15,7 @@ func TestAgentTunnelUsage(t *testing.T) {
 		{"agent", "tunnel", "--connection-file", file, "--lifetime", "86401"},
 		{"agent", "tunnel", "--connection-file", file, "--port", "70000"},
 		{"agent", "tunnel", "--connection-file", file, "extra"},
+		{"agent", "tunnel", "--connection-file", file, "--egress", "docker0"},
 	} {
 		r := run(t, "", args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "agent tunnel --help") {
