@@ -54,7 +54,8 @@ FUZZ_TARGETS := \
 	./relay/relayclient/:FuzzLinkCoalescing \
 	./relay/relayclient/:FuzzCheckURL \
 	./computerd/server/:FuzzResolvePath \
-	./computerd/server/:FuzzFileTools
+	./computerd/server/:FuzzFileTools \
+	./computerd/server/:FuzzArchiveName
 fuzz: ## run each fuzz target for FUZZ_TIME (10s)
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name ($$pkg)"; \

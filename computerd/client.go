@@ -39,21 +39,22 @@ import (
 //     of each stream; JSON may escape each byte to 6 (\u0000, \u003c).
 //   - Read: 6 × the limit in characters (0: DefaultReadChars) + 64 KiB.
 //   - List and Processes: 16 MiB (MaxListEntries entries with long paths).
-//   - Health, Stat, Write, Upload, Bind, Kill: 1 MiB.
+//   - Health, Stat, Write, Upload, Restore, Bind, Kill: 1 MiB.
 //   - An error answer: its first 64 KiB.
 //
-// Download and ExecStream are streams: their data is not bounded here, and
-// the caller bounds what it reads from them (ExecStream's messages are
-// bounded one by one).
+// Download, Archive and ExecStream are streams: their data is not bounded
+// here, and the caller bounds what it reads from them (ExecStream's
+// messages are bounded one by one).
 //
 // Deadlines: a call whose context has a deadline keeps it. A call whose
 // context has none gets one from the client, so that a computerd that
 // accepts a request and never answers cannot hold it forever: an Exec
 // gets its own TimeoutMs plus the exec margin (DefaultExecMargin), every
-// other call the call timeout (DefaultCallTimeout). For Upload the call
-// timeout is a limit on silence: it restarts whenever computerd takes
-// more of the upload. For Download and ExecStream it bounds the wait for
-// the answer to begin; the stream then lives as long as the caller's
+// other call the call timeout (DefaultCallTimeout). For Upload, Restore
+// and Archive the call timeout is a limit on silence: it restarts whenever
+// computerd takes more of the upload or the archive (Restore), or sends
+// more of it (Archive). For Download and ExecStream it bounds the wait
+// for the answer to begin; the stream then lives as long as the caller's
 // context. A call ended so returns an error that says so and wraps
 // context.DeadlineExceeded.
 type Client struct {

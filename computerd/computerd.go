@@ -169,6 +169,8 @@ const (
 	CodeIsDir        = "is_directory" // 422
 	CodePermission   = "permission"   // 403: the computer user may not
 	CodeInternal     = "internal"     // 500
+	CodeBusy         = "busy"         // 409: an archive or restore already runs
+	CodeBadArchive   = "bad_archive"  // 422: a restore's stream is corrupt or hostile
 )
 
 // Streamed exec (GET /v1/exec/stream, a websocket). The client's first

@@ -9,3 +9,8 @@ import "errors"
 // ran, but its result is lost; a computerd that follows the protocol never
 // sends such an answer.
 var ErrAnswerTooLarge = errors.New("computerd: answer too large")
+
+// ErrArchiveIncomplete is wrapped by the error of an Archive whose stream
+// cannot be trusted whole: it ended without computerd's trailer, or with a
+// byte count or SHA-256 other than computerd's.
+var ErrArchiveIncomplete = errors.New("computerd: archive incomplete")

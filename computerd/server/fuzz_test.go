@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,6 +160,45 @@ func FuzzFileTools(f *testing.F) {
 			if !within(root, resolved) {
 				t.Fatalf("write %q landed at %q, outside %s", p, resolved, root)
 			}
+		}
+	})
+}
+
+// FuzzArchiveName checks the rule a restore applies to an entry's name (and
+// a hard link's target): whatever it accepts is a clean relative name that
+// stays inside the home, and anything absolute or with a ".." element is
+// refused.
+func FuzzArchiveName(f *testing.F) {
+	for _, s := range pathSeeds {
+		f.Add(s)
+	}
+	for _, s := range []string{"./", "./a/b/", ".//a", "a//b", "a/./b", "/", "//x", "a/..", "../", "...", "a/.../b",
+		strings.Repeat("x", 256), strings.Repeat("x/", 2048), computerd.RestoreStagingPrefix + "x"} {
+		f.Add(s)
+	}
+	const home = "/home/user"
+	f.Fuzz(func(t *testing.T, name string) {
+		got, err := archiveName(name)
+		climbs := slices.Contains(strings.Split(name, "/"), "..")
+		if (strings.HasPrefix(name, "/") || climbs || strings.IndexByte(name, 0) >= 0 || name == "") && err == nil {
+			t.Fatalf("archiveName(%q) = %q, want an error", name, got)
+		}
+		if err != nil {
+			return
+		}
+		if got == "" {
+			return // the home itself
+		}
+		if !filepath.IsLocal(got) || path.Clean(got) != got || len(got) > computerd.MaxArchiveNameBytes {
+			t.Fatalf("archiveName(%q) = %q, not a clean local name", name, got)
+		}
+		for e := range strings.SplitSeq(got, "/") {
+			if e == ".." || e == "." || e == "" || len(e) > computerd.MaxArchiveNameElement {
+				t.Fatalf("archiveName(%q) = %q: element %q", name, got, e)
+			}
+		}
+		if j := filepath.Join(home, got); !strings.HasPrefix(j, home+"/") {
+			t.Fatalf("archiveName(%q) = %q leaves the home: %s", name, got, j)
 		}
 	})
 }

@@ -68,6 +68,10 @@ type Server struct {
 	mux     *http.ServeMux
 	binding atomic.Pointer[binding] // nil until bound; see bind.go
 
+	// archiving is held by the one archive or restore of the home that
+	// may run at a time.
+	archiving sync.Mutex
+
 	// mu guards the fields below. It is held across starting a child so
 	// that ReapOrphans never reaps a child that exec is about to wait for.
 	mu       sync.Mutex
@@ -119,6 +123,16 @@ func (s *Server) routes() {
 	s.route("/v1/files/download", "GET", s.handleDownload, true)
 	s.route("/v1/processes", "GET", s.handleProcesses, true)
 	s.route("/v1/processes/kill", "POST", s.handleKill, true)
+	s.mux.Handle("/v1/archive", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+		switch r.Method {
+		case http.MethodGet:
+			return s.handleArchive(w, r)
+		case http.MethodPut:
+			return s.handleRestore(w, r)
+		}
+		w.Header().Set("Allow", "GET, PUT")
+		return errorf(http.StatusMethodNotAllowed, computerd.CodeBadRequest, "%s /v1/archive: use GET or PUT", r.Method)
+	}, true))
 	if d := s.cfg.Desktop; d != nil {
 		serve := func(w http.ResponseWriter, r *http.Request) error { d.ServeHTTP(w, r); return nil }
 		s.mux.Handle("/v1/desktop", s.wrap(serve, true))

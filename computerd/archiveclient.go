@@ -1,0 +1,122 @@
+package computerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// errWriter remembers the error of the writer it wraps, to tell the
+// caller's failing writer from a broken answer.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// Archive streams the home's archive (format ArchiveFormat) into w and
+// returns computerd's description of it, once the bytes w received are
+// known to be the whole stream: their count and SHA-256 match computerd's
+// trailer. A stream that failed on computerd's side returns an *APIError
+// whose Status is 0; one that ended without the trailer, or disagrees
+// with it, an error wrapping ErrArchiveIncomplete. On any error, what w
+// received is not an archive to keep.
+//
+// Without a deadline in ctx, the archive ends when computerd sends
+// nothing, or does not answer, for the client's call timeout.
+func (c *Client) Archive(ctx context.Context, w io.Writer) (ArchiveInfo, error) {
+	const method, path = http.MethodGet, "/v1/archive"
+	wd := c.watch(ctx, fmt.Errorf("no progress within %s, the client's limit on an archive's silence when its context has no deadline: %w", c.callTimeout, context.DeadlineExceeded))
+	defer wd.stop()
+	resp, err := c.send(wd.ctx, method, path, nil, nil, "")
+	if err != nil {
+		return ArchiveInfo{}, wd.explain(err)
+	}
+	defer resp.Body.Close()
+	if f := resp.Header.Get(ArchiveFormatHeader); f != ArchiveFormat {
+		return ArchiveInfo{}, fmt.Errorf("computerd %s %s: an archive of format %q; this client reads %q", method, path, f, ArchiveFormat)
+	}
+	var body io.Reader = resp.Body
+	if wd.timer != nil {
+		body = &progressReader{r: body, w: wd}
+	}
+	h := sha256.New()
+	dst := &errWriter{w: w}
+	n, err := io.Copy(io.MultiWriter(dst, h), body)
+	got := ArchiveInfo{Format: ArchiveFormat, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	if dst.err != nil {
+		return got, fmt.Errorf("computerd %s %s: writing the archive after %d bytes: %w", method, path, n, dst.err)
+	}
+	if err != nil {
+		return got, wd.explain(fmt.Errorf("computerd %s %s: the stream broke after %d bytes: %w", method, path, n, err))
+	}
+	if t := resp.Trailer.Get(ArchiveErrorTrailer); t != "" {
+		var e Error
+		if err := json.Unmarshal([]byte(t), &e); err != nil || e.Code == "" {
+			return got, fmt.Errorf("computerd %s %s: the archive failed: %q", method, path, t)
+		}
+		return got, &APIError{Code: e.Code, Message: e.Message}
+	}
+	t := resp.Trailer.Get(ArchiveInfoTrailer)
+	if t == "" {
+		return got, fmt.Errorf("computerd %s %s: the stream of %d bytes ended without its trailer %s (a proxy on the way may drop HTTP trailers): %w",
+			method, path, n, ArchiveInfoTrailer, ErrArchiveIncomplete)
+	}
+	var info ArchiveInfo
+	if err := json.Unmarshal([]byte(t), &info); err != nil {
+		return got, fmt.Errorf("computerd %s %s: trailer %s: %v: %w", method, path, ArchiveInfoTrailer, err, ErrArchiveIncomplete)
+	}
+	if info.Bytes != got.Bytes || !strings.EqualFold(info.SHA256, got.SHA256) {
+		return got, fmt.Errorf("computerd %s %s: received %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
+			method, path, got.Bytes, got.SHA256, info.Bytes, info.SHA256, ErrArchiveIncomplete)
+	}
+	return info, nil
+}
+
+// Restore replaces the home's contents with the archive read from r (as
+// Archive wrote it), or leaves the home as it was and returns an error
+// (see the package's archive documentation for what computerd refuses).
+// A refused archive returns an *APIError with CodeBadArchive,
+// CodeTooLarge or CodeBusy.
+//
+// Without a deadline in ctx, the restore ends when computerd takes none
+// of the archive, or does not answer once it has it all, for the
+// client's call timeout.
+func (c *Client) Restore(ctx context.Context, r io.Reader, opts RestoreOptions) (RestoreResult, error) {
+	const method, path = http.MethodPut, "/v1/archive"
+	q := url.Values{}
+	if opts.MaxBytes > 0 {
+		q.Set("maxBytes", strconv.FormatInt(opts.MaxBytes, 10))
+	}
+	if opts.MaxEntries > 0 {
+		q.Set("maxEntries", strconv.FormatInt(opts.MaxEntries, 10))
+	}
+	if opts.SHA256 != "" {
+		q.Set("sha256", opts.SHA256)
+	}
+	wd := c.watch(ctx, fmt.Errorf("no progress within %s, the client's limit on a restore's silence when its context has no deadline: %w", c.callTimeout, context.DeadlineExceeded))
+	defer wd.stop()
+	if wd.timer != nil && r != nil {
+		r = &progressReader{r: r, w: wd}
+	}
+	resp, err := c.send(wd.ctx, method, path, q, r, ArchiveContentType)
+	var res RestoreResult
+	if err == nil {
+		err = decodeAnswer(resp, &res, controlAnswerBytes)
+	}
+	return res, wd.explain(err)
+}
