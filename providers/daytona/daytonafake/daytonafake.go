@@ -90,7 +90,7 @@ type Sandbox struct {
 type Fake struct {
 	*fakeapi.Server
 	Key          string
-	Organization string // required in X-Daytona-Organization-ID when set
+	Organization string              // required in X-Daytona-Organization-ID when set
 	Snapshots    map[string][]string // name: the entrypoint its sandboxes run
 
 	edge      *fakeapi.Edge
