@@ -692,7 +692,7 @@ func archiveName(name string) (string, error) {
 	for e := range strings.SplitSeq(n, "/") {
 		switch {
 		case e == "..":
-			return "", errors.New("a name that climbs out with ..")
+			return "", errors.New("a name with a \"..\" element, which climbs out")
 		case e == "" || e == ".":
 			return "", errors.New("a name that is not clean (an empty or . element)")
 		case len(e) > computerd.MaxArchiveNameElement:

@@ -409,7 +409,7 @@ func createFailure(status int, raw []byte) (string, error) {
 	if templateMissing(msg) {
 		return msg, providers.ErrBadImage
 	}
-	return msg, httpapi.Plain
+	return msg, httpapi.ErrPlain
 }
 
 // templateMissing reports whether msg, the message of a 404 to a create,

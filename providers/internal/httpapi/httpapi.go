@@ -29,10 +29,10 @@ const MaxAnswer = 4 << 20
 // it again would not help.
 const CodeRefused = "provider_refused"
 
-// Plain, as the kind a Client's Failure returns, says that the answer
+// ErrPlain, as the kind a Client's Failure returns, says that the answer
 // means none of the providers errors: the call's error carries the
 // provider's message alone (a 404 to a create is no machine gone).
-var Plain = errors.New("no providers error")
+var ErrPlain = errors.New("no providers error")
 
 // Client sends one provider's API calls.
 type Client struct {
@@ -47,7 +47,7 @@ type Client struct {
 	Auth func(h http.Header, key string)
 	// Failure reads an error answer: the provider's own message, and the
 	// providers error it means where the status alone does not say (nil:
-	// by the status, as Status maps it; Plain: none of them).
+	// by the status, as Status maps it; ErrPlain: none of them).
 	Failure func(status int, body []byte) (msg string, kind error)
 }
 
@@ -118,7 +118,7 @@ func (cl *Client) Do(ctx context.Context, key string, c Call, out any) (int, err
 		switch kind {
 		case nil:
 			return resp.StatusCode, StatusError(resp.StatusCode, msg)
-		case Plain:
+		case ErrPlain:
 			return resp.StatusCode, errors.New(msg)
 		}
 		return resp.StatusCode, fmt.Errorf("%w: %s", kind, msg)

@@ -45,7 +45,7 @@ func newClient(t *testing.T) *Client {
 			case http.StatusConflict:
 				return string(body), providers.ErrCapacity
 			case http.StatusGone:
-				return string(body), Plain
+				return string(body), ErrPlain
 			}
 			return string(body), nil
 		}}
@@ -76,13 +76,13 @@ func TestStatuses(t *testing.T) {
 		}
 	}
 	_, err := cl.Do(t.Context(), key, Call{Method: "GET", Path: "/m/410"}, nil)
-	for _, kind := range []error{providers.ErrNotFound, providers.ErrUnavailable, providers.ErrRefused, Plain} {
+	for _, kind := range []error{providers.ErrNotFound, providers.ErrUnavailable, providers.ErrRefused, ErrPlain} {
 		if errors.Is(err, kind) {
-			t.Errorf("410 read as Plain: %v is %v, want no kind", err, kind)
+			t.Errorf("410 read as ErrPlain: %v is %v, want no kind", err, kind)
 		}
 	}
 	if err == nil || !strings.Contains(err.Error(), "GET /m/410: 410") || !strings.Contains(err.Error(), "no such thing") || strings.Contains(err.Error(), key) {
-		t.Errorf("410 read as Plain: %v, want the call and the provider's message without the key", err)
+		t.Errorf("410 read as ErrPlain: %v, want the call and the provider's message without the key", err)
 	}
 	_, err = cl.Do(t.Context(), key, Call{Method: "POST", Path: "/m/422", Body: map[string]int{"timeout": 1}}, nil)
 	var re *providers.RefusedError
