@@ -74,7 +74,7 @@ fuzz: ## run each fuzz target for FUZZ_TIME (10s)
 # way round), its loopback baseline swinging from run to run. The load
 # average before and after goes with the table, the machine being shared.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
-BENCH_PKGS ?= ./supervisor/store/... ./egress/ ./relay/... ./agent/lender/ ./app/ui/
+BENCH_PKGS ?= ./supervisor/store/... ./internal/objstore/ ./egress/ ./relay/... ./agent/lender/ ./app/ui/
 BENCH_TIMEOUT ?= 30m
 bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
 	@echo "load before: $$(uptime)"; \
