@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build run test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
+.PHONY: help build run minio test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,8 +25,13 @@ images: docker ## build the computer images offline (only what changed)
 run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1:8080) with its data in DATA (berth-data)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
 
-test: docker images ## run the whole suite, Docker integration tests included
-	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+# The object store's S3 tests run against a real MinIO server, built once
+# from the Go module proxy (about two minutes) into ~/.cache/berth-minio.
+minio: ## build (cached) the MinIO server the object store tests run against
+	@packaging/minio-test/build.sh >/dev/null
+
+test: docker images minio ## run the whole suite, Docker integration tests included
+	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it
 	packaging/k8s-test/run.sh test
@@ -70,7 +75,7 @@ fuzz: ## run each fuzz target for FUZZ_TIME (10s)
 # way round), its loopback baseline swinging from run to run. The load
 # average before and after goes with the table, the machine being shared.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
-BENCH_PKGS ?= ./supervisor/store/... ./egress/ ./relay/... ./agent/lender/ ./app/ui/
+BENCH_PKGS ?= ./supervisor/store/... ./internal/objstore/ ./egress/ ./relay/... ./agent/lender/ ./app/ui/
 BENCH_TIMEOUT ?= 30m
 bench: docker images ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
 	@echo "load before: $$(uptime)"; \
