@@ -174,7 +174,9 @@ func TestLendingEgress(t *testing.T) {
 			raw, _ := io.ReadAll(resp.Body)
 			t.Fatalf("create: %s %s", resp.Status, raw)
 		}
-		t.Cleanup(func() { exec.Command("docker", "rm", "-f", "-v", c.MachineID).Run() })
+		// The lender keeps its computers when it stops (a restart adopts
+		// them): remove them, their networks and their volumes.
+		t.Cleanup(func() { removeDeployment("deployment=" + lender.Deployment(agentID)) })
 		cl := computerd.NewClient("http://lender"+lending.EndpointPath(cid), tok, computerd.WithTransport(rs.Transport(agentID)))
 		testkit.EventuallyContext(t, ctx, "computerd to answer through the relay", func() bool { _, err := cl.Health(ctx); return err == nil })
 		return c, cl
