@@ -216,6 +216,13 @@ func (a *app) waitExit(t *testing.T, within time.Duration) {
 			t.Fatalf("companion exited with %v", err)
 		}
 	case <-time.After(within):
+		// Its goroutines, in the output the test prints, say where it hangs.
+		a.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case err := <-a.exited:
+			a.exited <- err
+		case <-time.After(10 * time.Second):
+		}
 		t.Fatalf("companion still running %s after quit", within)
 	}
 	if out := a.stderr.String(); strings.Contains(out, "panic:") || !strings.Contains(out, "companion quit") {
@@ -481,7 +488,7 @@ func TestRealWindowWithTray(t *testing.T) {
 			return false
 		}
 	})
-	a.waitExit(t, 20*time.Second)
+	a.waitExit(t, time.Minute)
 }
 
 // TestRealWindowWithoutBus runs the app with no D-Bus session bus: no
@@ -502,7 +509,7 @@ func TestRealWindowWithoutBus(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	a.waitExit(t, 20*time.Second)
+	a.waitExit(t, time.Minute)
 }
 
 // TestRealWindowDesktopPreview runs a desktop computer and the app (no
@@ -522,5 +529,5 @@ func TestRealWindowDesktopPreview(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	a.waitExit(t, 20*time.Second)
+	a.waitExit(t, time.Minute)
 }
