@@ -359,11 +359,13 @@ pgrep -x openbox >/dev/null && echo wm`)
 		if got := encoders(s, "lv"); got == "" {
 			t.Fatalf("no encoder runs while the page watches")
 		}
-		// The last viewer leaves: the page goes away.
+		// The last viewer leaves: the page goes away. Its connection may
+		// close as soon as the navigation starts, so the time is taken
+		// before it.
+		left := time.Now()
 		if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
 			t.Fatal(err)
 		}
-		left := time.Now()
 		// Leaving is seen at once (the page closes its connection) or when
 		// ICE times out (6 s); then the encoder has idleStopMS to stop.
 		if !testkit.Poll(idleStopMS*time.Millisecond+10*time.Second, func() bool { return encoders(s, "lv") == "" }) {

@@ -168,8 +168,14 @@ func TestNetworksFromOwnRange(t *testing.T) {
 	}
 	p1.next, p2.next = 0, 0
 
+	// Networks of an earlier run that was killed would hold part of the
+	// range; only this test makes networks named berth-n-subnets-.
+	removeNetworksNamed(t, ctx, d1, "berth-n-subnets-")
 	tag := "subnets-" + randomID(t)
 	labels := map[string]string{providers.LabelManaged: "true", providers.LabelComputer: tag}
+	// Every network of this run, even one whose create answered an error
+	// after the engine made it.
+	t.Cleanup(func() { removeNetworksNamed(t, context.Background(), d1, "berth-n-"+tag+"-") })
 	var (
 		mu   sync.Mutex
 		ids  []string
@@ -349,5 +355,24 @@ func TestRangeOverRouteRefused(t *testing.T) {
 	_, err := d.createComputerNetwork(ctx, "berth-n-refused-"+randomID(t), bridgeName("refused"+randomID(t)), nil)
 	if err == nil || !strings.Contains(err.Error(), SettingSubnets) || !strings.Contains(err.Error(), "10.232.7.0/24") || !strings.Contains(err.Error(), "eth9") {
 		t.Fatalf("create on a range over a route: %v, want an error naming %s and the route", err, SettingSubnets)
+	}
+}
+
+// removeNetworksNamed removes the networks whose names start with prefix.
+func removeNetworksNamed(t *testing.T, ctx context.Context, d *Docker, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("name", prefix)})
+	if err != nil {
+		t.Errorf("list networks named %s*: %v", prefix, err)
+		return
+	}
+	for _, n := range res.Items {
+		if strings.HasPrefix(n.Name, prefix) {
+			if err := d.removeNetwork(ctx, n.ID, n.Name); err != nil {
+				t.Errorf("remove network %s: %v", n.Name, err)
+			}
+		}
 	}
 }
