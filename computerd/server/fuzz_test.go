@@ -128,6 +128,11 @@ func FuzzFileTools(f *testing.F) {
 			var sent computerd.WriteRequest
 			json.Unmarshal(body, &sent)
 			content = sent.Content // as JSON carries it: invalid UTF-8 replaced
+			if sent.Path != p {    // so is the path's
+				if resolved, err = s.resolve("path", sent.Path); err != nil || !within(root, resolved) {
+					return
+				}
+			}
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 		w := httptest.NewRecorder()
