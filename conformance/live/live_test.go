@@ -206,7 +206,7 @@ func drivePage(t *testing.T, cdpURL string) {
 func liveComputer(t *testing.T, id string, creds map[string]string, newProvider func(*slog.Logger) providers.Provider) {
 	h := providertest.Harness{ID: id, New: func(pt providertest.T, log *slog.Logger) providertest.Target {
 		p := newProvider(log)
-		return providertest.Target{Provider: p, Credentials: creds, Faults: noFaults{}, Exists: func(ctx context.Context, label, value string) (bool, error) {
+		return providertest.Target{Provider: p, Credentials: creds, Faults: providertest.NoFaults{}, Exists: func(ctx context.Context, label, value string) (bool, error) {
 			l, ok := p.(providers.Lister)
 			if !ok {
 				return true, nil // the service cannot be asked; the stop's own check stands
@@ -249,11 +249,3 @@ func liveBrowser(t *testing.T, id string, creds map[string]string, newProvider f
 	}
 	s.RequireNotLogged(secrets)
 }
-
-// noFaults stands for a real service, which cannot be made to fail on
-// cue; the Tools scenario injects none.
-type noFaults struct{}
-
-func (noFaults) LoseNextCreateReply()   {}
-func (noFaults) FailNextDeletes(int)    {}
-func (noFaults) RefuseCredentials(bool) {}

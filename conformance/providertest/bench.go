@@ -24,7 +24,7 @@ func BenchmarkCycle(b *testing.B, h Harness) {
 	base := newEnv(b, Harness{ID: fake.ID, New: func(t T, log *slog.Logger) Target {
 		p := fake.New(t.TempDir(), log)
 		t.Cleanup(p.Close)
-		return Target{Provider: p, Faults: noFaults{}, Exists: func(ctx context.Context, label, value string) (bool, error) {
+		return Target{Provider: p, Faults: NoFaults{}, Exists: func(ctx context.Context, label, value string) (bool, error) {
 			ms, err := p.List(ctx)
 			for _, m := range ms {
 				if m.Labels[label] == value {
@@ -66,12 +66,13 @@ func (e *env) cycle() time.Duration {
 	return d
 }
 
-// noFaults is for the baseline, which never injects any.
-type noFaults struct{}
+// NoFaults is the Faults of a backend that cannot be made to fail on cue:
+// the cycle benchmark's baseline, or a real service.
+type NoFaults struct{}
 
-func (noFaults) LoseNextCreateReply()   {}
-func (noFaults) FailNextDeletes(int)    {}
-func (noFaults) RefuseCredentials(bool) {}
+func (NoFaults) LoseNextCreateReply()   {}
+func (NoFaults) FailNextDeletes(int)    {}
+func (NoFaults) RefuseCredentials(bool) {}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

@@ -33,6 +33,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
+
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -205,7 +207,7 @@ func start(bin string) (*Server, error) {
 			return nil, err
 		}
 	}
-	port, err := freePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -332,14 +334,4 @@ func (s *Server) stop() error {
 		err = rerr
 	}
 	return err
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -52,6 +52,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
+
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 )
 
@@ -420,7 +422,7 @@ exit "$status"
 // launch starts postgres on the data directory in dir and waits until it
 // accepts connections.
 func launch(as runAs, bin, dir string) (*server, error) {
-	port, err := freePort()
+	port, err := testkit.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -545,16 +547,6 @@ func (s *server) stop() error {
 		err = rerr
 	}
 	return err
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)

@@ -7,6 +7,7 @@ package testkit
 
 import (
 	"context"
+	"net"
 	"time"
 )
 
@@ -130,4 +131,15 @@ func PollContext(ctx context.Context, timeout time.Duration, cond func() bool) b
 		case <-timer.C:
 		}
 	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// a server process the test starts.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
