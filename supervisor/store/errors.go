@@ -41,3 +41,19 @@ func (e *SeatsFullError) Error() string {
 
 // Is makes errors.Is(err, ErrSeatsFull) true.
 func (e *SeatsFullError) Is(target error) bool { return target == ErrSeatsFull }
+
+// ErrCheckpointLimit is what a *CheckpointLimitError is (errors.Is).
+var ErrCheckpointLimit = errors.New("checkpoint limit reached")
+
+// CheckpointLimitError is returned by PutArchive for a new checkpoint of
+// an agent that has as many as it may keep.
+type CheckpointLimitError struct {
+	Limit int
+}
+
+func (e *CheckpointLimitError) Error() string {
+	return fmt.Sprintf("the agent has %d checkpoints, the most it may keep", e.Limit)
+}
+
+// Is makes errors.Is(err, ErrCheckpointLimit) true.
+func (e *CheckpointLimitError) Is(target error) bool { return target == ErrCheckpointLimit }

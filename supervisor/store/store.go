@@ -49,8 +49,13 @@ type Connection struct {
 	Image        string    `json:"image"`
 	LeaseSeconds int       `json:"leaseSeconds"`
 	DailySeconds int       `json:"dailySeconds"`
-	CreatedAt    time.Time `json:"createdAt"`
-	Credentials  []byte    `json:"-"`
+	// Persistence is api.PersistenceNone or api.PersistenceHome.
+	Persistence string `json:"persistence"`
+	// IdleSleepSeconds and MaxCheckpoints apply to persistent connections.
+	IdleSleepSeconds int       `json:"idleSleepSeconds"`
+	MaxCheckpoints   int       `json:"maxCheckpoints"`
+	CreatedAt        time.Time `json:"createdAt"`
+	Credentials      []byte    `json:"-"`
 }
 
 // Session is one computer of a connection, from reservation to cleanup.
@@ -82,6 +87,15 @@ type Session struct {
 	// ClaimUntil when that claim runs out (see Calls.ClaimSession).
 	Owner      string
 	ClaimUntil time.Time
+	// Home is where the agent's home stands in a session of a persistent
+	// connection (HomeWake, HomeLive, ...; "" without persistence), and
+	// WakeFrom the archive a HomeWake session restores (SleepArchive or a
+	// checkpoint's name).
+	Home     string
+	WakeFrom string
+	// SleepAt is when a running persistent session sleeps for want of
+	// tool calls (zero: never).
+	SleepAt time.Time
 }
 
 // Budget is one connection's budget for one UTC day.
@@ -162,6 +176,7 @@ type Store interface {
 	Keys
 	Pool
 	Seats
+	Archives
 	Close() error
 }
 

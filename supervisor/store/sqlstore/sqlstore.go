@@ -220,22 +220,27 @@ func (s *Store) DeleteAgent(ctx context.Context, id string) error {
 
 // CreateConnection implements store.Store.
 func (s *Store) CreateConnection(ctx context.Context, c store.Connection) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO connections
-		(agent_id, provider, image, lease_seconds, daily_seconds, credentials, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		c.AgentID, c.Provider, c.Image, c.LeaseSeconds, c.DailySeconds, string(c.Credentials), ms(c.CreatedAt))
+	if c.Persistence == "" {
+		c.Persistence = "none"
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO connections (`+connCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		c.AgentID, c.Provider, c.Image, c.LeaseSeconds, c.DailySeconds, string(c.Credentials), ms(c.CreatedAt),
+		c.Persistence, c.IdleSleepSeconds, c.MaxCheckpoints)
 	if isUnique(err) {
 		return fmt.Errorf("connection for agent %s: %w", c.AgentID, store.ErrConflict)
 	}
 	return err
 }
 
-const connCols = `agent_id, provider, image, lease_seconds, daily_seconds, credentials, created_at`
+const connCols = `agent_id, provider, image, lease_seconds, daily_seconds, credentials, created_at,
+	persistence, idle_sleep_seconds, max_checkpoints`
 
 func scanConn(row interface{ Scan(...any) error }) (store.Connection, error) {
 	var c store.Connection
 	var creds string
 	var created int64
-	err := row.Scan(&c.AgentID, &c.Provider, &c.Image, &c.LeaseSeconds, &c.DailySeconds, &creds, &created)
+	err := row.Scan(&c.AgentID, &c.Provider, &c.Image, &c.LeaseSeconds, &c.DailySeconds, &creds, &created,
+		&c.Persistence, &c.IdleSleepSeconds, &c.MaxCheckpoints)
 	c.Credentials = []byte(creds)
 	c.CreatedAt = fromMS(created)
 	return c, err
@@ -281,16 +286,18 @@ func (s *Store) DeleteConnection(ctx context.Context, agentID string) error {
 }
 
 const sessCols = `id, agent_id, workspace, provider, image, computer_id, attempt_id, state, machine_id, endpoint, header,
-	day, reserved_seconds, charged_seconds, created_at, expires_at, ended_at, cleanup_tries, next_cleanup_at, last_error, owner, claim_until`
+	day, reserved_seconds, charged_seconds, created_at, expires_at, ended_at, cleanup_tries, next_cleanup_at, last_error, owner, claim_until,
+	home, wake_from, sleep_at`
 
 func scanSession(row interface{ Scan(...any) error }) (store.Session, error) {
 	var x store.Session
-	var created, expires, ended, next, claim int64
+	var created, expires, ended, next, claim, sleep int64
 	err := row.Scan(&x.ID, &x.AgentID, &x.Workspace, &x.Provider, &x.Image, &x.ComputerID, &x.AttemptID, &x.State,
 		&x.MachineID, &x.Endpoint, &x.Header, &x.Day, &x.ReservedSeconds, &x.ChargedSeconds,
-		&created, &expires, &ended, &x.CleanupTries, &next, &x.LastError, &x.Owner, &claim)
+		&created, &expires, &ended, &x.CleanupTries, &next, &x.LastError, &x.Owner, &claim,
+		&x.Home, &x.WakeFrom, &sleep)
 	x.CreatedAt, x.ExpiresAt, x.EndedAt, x.NextCleanupAt = fromMS(created), fromMS(expires), fromMS(ended), fromMS(next)
-	x.ClaimUntil = fromMS(claim)
+	x.ClaimUntil, x.SleepAt = fromMS(claim), fromMS(sleep)
 	return x, err
 }
 
@@ -377,7 +384,7 @@ func (s *Store) Reserve(ctx context.Context, r store.Reservation) (store.Session
 			}
 		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO sessions (`+sessCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), sessArgs(x)...)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), sessArgs(x)...)
 		if err != nil {
 			return err
 		}
@@ -391,7 +398,7 @@ func sessArgs(x store.Session) []any {
 	return []any{x.ID, x.AgentID, x.Workspace, x.Provider, x.Image, x.ComputerID, x.AttemptID, x.State,
 		x.MachineID, x.Endpoint, x.Header, x.Day, x.ReservedSeconds, x.ChargedSeconds,
 		ms(x.CreatedAt), ms(x.ExpiresAt), ms(x.EndedAt), x.CleanupTries, ms(x.NextCleanupAt), x.LastError,
-		x.Owner, ms(x.ClaimUntil)}
+		x.Owner, ms(x.ClaimUntil), x.Home, x.WakeFrom, ms(x.SleepAt)}
 }
 
 // dayTotals returns the seconds charged by ended sessions and reserved by
@@ -435,10 +442,11 @@ func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error
 // UpdateSession implements store.Store.
 func (s *Store) UpdateSession(ctx context.Context, x store.Session, from string) error {
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE sessions SET state = ?, machine_id = ?, endpoint = ?, header = ?,
-		reserved_seconds = ?, charged_seconds = ?, expires_at = ?, ended_at = ?, cleanup_tries = ?, next_cleanup_at = ?, last_error = ?
+		reserved_seconds = ?, charged_seconds = ?, expires_at = ?, ended_at = ?, cleanup_tries = ?, next_cleanup_at = ?, last_error = ?,
+		home = ?, wake_from = ?, sleep_at = ?
 		WHERE id = ? AND state = ?`),
 		x.State, x.MachineID, x.Endpoint, x.Header, x.ReservedSeconds, x.ChargedSeconds, ms(x.ExpiresAt), ms(x.EndedAt),
-		x.CleanupTries, ms(x.NextCleanupAt), x.LastError, x.ID, from)
+		x.CleanupTries, ms(x.NextCleanupAt), x.LastError, x.Home, x.WakeFrom, ms(x.SleepAt), x.ID, from)
 	if err != nil {
 		return fmt.Errorf("update session %s: %w", x.ID, err)
 	}
@@ -452,8 +460,9 @@ func (s *Store) UpdateSession(ctx context.Context, x store.Session, from string)
 func (s *Store) SessionsDue(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
 	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions
 		WHERE (state = 'running' AND expires_at <= ?)
+		   OR (state = 'running' AND sleep_at > 0 AND sleep_at <= ?)
 		   OR (state IN ('stopping', 'cleanup_failed') AND next_cleanup_at <= ?)
-		ORDER BY expires_at LIMIT ?`, ms(now), ms(now), limit)
+		ORDER BY expires_at LIMIT ?`, ms(now), ms(now), ms(now), limit)
 }
 
 // SessionsByState implements store.Store.

@@ -55,6 +55,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pool", testPool}, {"ConcurrentPoolClaim", testConcurrentPoolClaim},
 		{"SeatLimit", testSeatLimit}, {"SeatExpiry", testSeatExpiry}, {"SeatRenewLeave", testSeatRenewLeave},
 		{"PurgeSeats", testPurgeSeats}, {"ConcurrentSeats", testConcurrentSeats},
+		{"PersistentConnection", testPersistentConnection}, {"Archives", testArchives},
+		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
+		{"IdleSleepDue", testIdleSleepDue},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -205,6 +208,9 @@ func diffSession(got, want store.Session) string {
 	str("LastError", got.LastError, want.LastError)
 	str("Owner", got.Owner, want.Owner)
 	tm("ClaimUntil", got.ClaimUntil, want.ClaimUntil)
+	str("Home", got.Home, want.Home)
+	str("WakeFrom", got.WakeFrom, want.WakeFrom)
+	tm("SleepAt", got.SleepAt, want.SleepAt)
 	return strings.Join(d, "; ")
 }
 
