@@ -44,11 +44,11 @@ type Agent struct {
 // Connection attaches a provider to an agent. Credentials hold the sealed
 // (encrypted) credentials; they never leave the supervisor.
 type Connection struct {
-	AgentID      string    `json:"agent"`
-	Provider     string    `json:"provider"`
-	Image        string    `json:"image"`
-	LeaseSeconds int       `json:"leaseSeconds"`
-	DailySeconds int       `json:"dailySeconds"`
+	AgentID      string `json:"agent"`
+	Provider     string `json:"provider"`
+	Image        string `json:"image"`
+	LeaseSeconds int    `json:"leaseSeconds"`
+	DailySeconds int    `json:"dailySeconds"`
 	// Persistence is api.PersistenceNone or api.PersistenceHome.
 	Persistence string `json:"persistence"`
 	// IdleSleepSeconds and MaxCheckpoints apply to persistent connections.
