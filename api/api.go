@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -33,17 +34,53 @@ type ConnectRequest struct {
 	LeaseSeconds int               `json:"leaseSeconds,omitempty"`
 	DailySeconds int               `json:"dailySeconds,omitempty"`
 	Image        string            `json:"image,omitempty"` // "headless" or "desktop"
+	// Persistence is PersistenceNone (the default: every session starts
+	// empty) or PersistenceHome (the home folder is kept across sessions).
+	Persistence string `json:"persistence,omitempty"`
+	// IdleSleepSeconds and MaxCheckpoints apply with PersistenceHome; zero
+	// leaves the defaults.
+	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
 }
+
+// Persistence of a connection's computers.
+const (
+	// PersistenceNone: a session starts empty and everything is
+	// discarded at its end.
+	PersistenceNone = "none"
+	// PersistenceHome: the end of a session (stop, expiry, idle sleep)
+	// archives the home folder to the supervisor's object store before the
+	// machine is removed; the next start makes a machine from the image
+	// configured then and restores the home before any tool call is
+	// answered. Files are kept; processes are not.
+	PersistenceHome = "home"
+)
+
+// Limits of persistent connections.
+const (
+	DefaultIdleSleepSeconds = 600
+	MinIdleSleepSeconds     = 60
+	MaxIdleSleepSeconds     = 3600
+	DefaultMaxCheckpoints   = 10
+	MaxMaxCheckpoints       = 100
+	// MaxCheckpointNameChars bounds a checkpoint's name, which is made of
+	// letters, digits, '.', '_' and '-' and starts with a letter or digit.
+	MaxCheckpointNameChars = 64
+)
 
 // Connection attaches a provider to an agent. Its credentials are never
 // returned.
 type Connection struct {
-	Agent        string    `json:"agent"`
-	Provider     string    `json:"provider"`
-	Image        string    `json:"image"`
-	LeaseSeconds int       `json:"leaseSeconds"`
-	DailySeconds int       `json:"dailySeconds"`
-	CreatedAt    time.Time `json:"createdAt"`
+	Agent        string `json:"agent"`
+	Provider     string `json:"provider"`
+	Image        string `json:"image"`
+	LeaseSeconds int    `json:"leaseSeconds"`
+	DailySeconds int    `json:"dailySeconds"`
+	Persistence  string `json:"persistence"`
+	// IdleSleepSeconds and MaxCheckpoints are set with PersistenceHome.
+	IdleSleepSeconds int       `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   int       `json:"maxCheckpoints,omitempty"`
+	CreatedAt        time.Time `json:"createdAt"`
 }
 
 // Session states.
@@ -97,12 +134,47 @@ type Budget struct {
 	ResetsAt        time.Time `json:"resetsAt"`
 }
 
+// StateSleeping is the ComputerStatus state of a persistent computer with
+// no live session and a home archive to wake from.
+const StateSleeping = "sleeping"
+
 // ComputerStatus is an agent's connection, its current session (nil when
-// there is none) and today's budget.
+// there is none) and today's budget. State is the live session's state,
+// StateSleeping, or empty when there is neither. Archive is, for a
+// persistent connection, the home's latest archive (the one the next start
+// wakes from), nil before the first.
 type ComputerStatus struct {
 	Connection Connection `json:"connection"`
+	State      string     `json:"state,omitempty"`
 	Session    *Session   `json:"session"`
+	Archive    *Archive   `json:"archive,omitempty"`
 	Budget     Budget     `json:"budget"`
+}
+
+// Archive describes a stored archive of a persistent computer's home: its
+// sleep archive (no Name) or a named checkpoint. Bytes is the archive's
+// size (tar + zstd, before encryption); Image the image it was made on.
+type Archive struct {
+	Name      string    `json:"name,omitempty"`
+	Bytes     int64     `json:"bytes"`
+	CreatedAt time.Time `json:"createdAt"`
+	Image     string    `json:"image"`
+}
+
+// StartRequest is the optional body of start. Checkpoint names the
+// checkpoint a persistent computer wakes from in place of its last sleep.
+type StartRequest struct {
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// CheckpointRequest is the body of POST .../computer/checkpoints.
+type CheckpointRequest struct {
+	Name string `json:"name"`
+}
+
+// Checkpoints is the answer of GET .../computer/checkpoints, oldest first.
+type Checkpoints struct {
+	Checkpoints []Archive `json:"checkpoints"`
 }
 
 // ExecRequest is the body of computer_exec. A zero TimeoutSeconds leaves the
@@ -168,12 +240,23 @@ type UsageRequest struct {
 	To   time.Time
 }
 
-// Usage is session time per provider or per workspace in [From, To).
+// Usage is session time per provider or per workspace in [From, To), and
+// the archive storage of persistent computers now.
 type Usage struct {
-	By   string     `json:"by"`
-	From time.Time  `json:"from"`
-	To   time.Time  `json:"to"`
-	Rows []UsageRow `json:"rows"`
+	By     string      `json:"by"`
+	From   time.Time   `json:"from"`
+	To     time.Time   `json:"to"`
+	Rows   []UsageRow  `json:"rows"`
+	Stored []StoredRow `json:"stored"`
+}
+
+// StoredRow is the archive storage of one agent: the bytes of its sleep
+// archive and checkpoints in the object store (before encryption).
+type StoredRow struct {
+	Agent     string `json:"agent"`
+	Workspace string `json:"workspace"`
+	Bytes     int64  `json:"bytes"`
+	Archives  int64  `json:"archives"`
 }
 
 // UsageRow is the session time of one provider or workspace.
@@ -246,6 +329,39 @@ func (c *Client) Disconnect(ctx context.Context, agent string) error {
 // Start starts the agent's computer, or returns the session already running.
 func (c *Client) Start(ctx context.Context, agent string) (*Session, error) {
 	return c.sessionCall(ctx, agent, "/start", nil)
+}
+
+// StartFrom starts the agent's persistent computer from one of its
+// checkpoints.
+func (c *Client) StartFrom(ctx context.Context, agent, checkpoint string) (*Session, error) {
+	return c.sessionCall(ctx, agent, "/start", StartRequest{Checkpoint: checkpoint})
+}
+
+// Checkpoint archives the home of the agent's running persistent computer
+// as a named checkpoint; the computer keeps running.
+func (c *Client) Checkpoint(ctx context.Context, agent, name string) (*Archive, error) {
+	var out Archive
+	if err := c.agentCall(ctx, http.MethodPost, agent, "/checkpoints", CheckpointRequest{Name: name}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Checkpoints lists the agent's checkpoints, oldest first.
+func (c *Client) Checkpoints(ctx context.Context, agent string) ([]Archive, error) {
+	var out Checkpoints
+	if err := c.agentCall(ctx, http.MethodGet, agent, "/checkpoints", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Checkpoints, nil
+}
+
+// DeleteCheckpoint deletes one of the agent's checkpoints.
+func (c *Client) DeleteCheckpoint(ctx context.Context, agent, name string) error {
+	if name == "" || name == "." || name == ".." {
+		return fmt.Errorf("client: checkpoint name %q", name)
+	}
+	return c.agentCall(ctx, http.MethodDelete, agent, "/checkpoints/"+url.PathEscape(name), nil, nil)
 }
 
 // Exec runs a shell command on the agent's computer.

@@ -40,10 +40,22 @@ const (
 // Start starts the agent's computer, or returns the one that is running.
 // With a warm pool it claims a waiting computer and binds it.
 func (s *Service) Start(ctx context.Context, agent string) (SessionView, error) {
-	return s.start(ctx, agent, true)
+	return s.start(ctx, agent, "", true)
 }
 
-func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionView, error) {
+// StartFrom starts the agent's persistent computer from one of its
+// checkpoints. It is refused while the computer runs.
+func (s *Service) StartFrom(ctx context.Context, agent, checkpoint string) (SessionView, error) {
+	if checkpoint == "" {
+		return s.Start(ctx, agent)
+	}
+	if err := checkCheckpointName("checkpoint", checkpoint); err != nil {
+		return SessionView{}, err
+	}
+	return s.start(ctx, agent, checkpoint, true)
+}
+
+func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool) (SessionView, error) {
 	c, err := s.connection(ctx, agent)
 	if err != nil {
 		return SessionView{}, err
@@ -65,6 +77,9 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 		},
 		Now: now, MinSeconds: MinLeaseSeconds,
 	}
+	if err := s.homeOf(ctx, c, checkpoint, &r.Session, now); err != nil {
+		return SessionView{}, err
+	}
 	if warm {
 		r.PoolOwner = s.pool.owner(c)
 	}
@@ -79,7 +94,10 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 		if x.State == store.StateRunning && !s.clk.Now().Before(x.ExpiresAt) {
 			// Expired but not reaped yet: end it now and start afresh.
 			s.endSession(context.WithoutCancel(ctx), x, "")
-			return s.start(ctx, agent, warm)
+			return s.start(ctx, agent, checkpoint, warm)
+		}
+		if checkpoint != "" {
+			return SessionView{}, errorf(http.StatusConflict, CodeConflict, "agent %q's computer is %s; stop it before starting from checkpoint %q", agent, x.State, checkpoint)
 		}
 		return s.joinStart(ctx, agent, warm, x)
 	case err != nil:
@@ -91,9 +109,9 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 	if x.MachineID != "" {
 		// The reservation claimed a computer of the warm pool.
 		if s.bindPooled(ctx, &x) {
-			return s.view(x), nil
+			return s.started(ctx, x)
 		}
-		return s.start(ctx, agent, false)
+		return s.start(ctx, agent, checkpoint, false)
 	}
 	log := s.log.With("agent", agent, "session", x.ID, "provider", x.Provider)
 	creds, err := s.credentials(c)
@@ -117,7 +135,7 @@ func (s *Service) start(ctx context.Context, agent string, warm bool) (SessionVi
 		return SessionView{}, s.adoptError(err)
 	}
 	log.Info("started", "machine", m.ID, "reserved", x.ReservedSeconds)
-	return s.view(x), nil
+	return s.started(ctx, x)
 }
 
 // bindPooled binds the pool computer that the reservation x claimed to x:
@@ -173,7 +191,7 @@ func (s *Service) joinStart(ctx context.Context, agent string, warm bool, x stor
 	}
 	switch x.State {
 	case store.StateRunning:
-		return s.view(x), nil
+		return s.started(ctx, x)
 	case store.StateUncertain:
 		v := s.view(x)
 		return v, errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain: %s", x.ID, v.Message)
@@ -181,7 +199,7 @@ func (s *Service) joinStart(ctx context.Context, agent string, warm bool, x stor
 	if e, ok := parseStartFailure(x.LastError); ok {
 		return SessionView{}, e
 	}
-	return s.start(ctx, agent, warm)
+	return s.start(ctx, agent, "", warm)
 }
 
 // awaitLive waits while session x is starting, then answers it: a running
@@ -302,7 +320,7 @@ func (s *Service) createFailed(ctx context.Context, p providers.Provider, x stor
 					if err := s.adopt(ctx, &x, m); err != nil {
 						return SessionView{}, s.adoptError(err)
 					}
-					return s.view(x), nil
+					return s.started(ctx, x)
 				}
 			}
 		}
@@ -454,6 +472,12 @@ func finalState(x store.Session) string {
 
 // cleanup destroys the machine of a stopping or cleanup_failed session.
 func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
+	if x.Home == store.HomeLive && x.MachineID != "" {
+		var ok bool
+		if x, ok = s.archiveAtEnd(ctx, x); !ok {
+			return x
+		}
+	}
 	var err error
 	if x.MachineID != "" {
 		var p providers.Provider
@@ -578,8 +602,13 @@ func (s *Service) Reap(ctx context.Context) {
 		}
 		switch x.State {
 		case store.StateRunning:
-			if !s.clk.Now().Before(x.ExpiresAt) {
+			now := s.clk.Now()
+			switch {
+			case !now.Before(x.ExpiresAt):
 				s.log.Info("session expired", "session", x.ID, "agent", x.AgentID)
+				s.endSession(ctx, x, "")
+			case !x.SleepAt.IsZero() && !now.Before(x.SleepAt):
+				s.log.Info("session idle; sleeping", "session", x.ID, "agent", x.AgentID, "since", x.SleepAt)
 				s.endSession(ctx, x, "")
 			}
 		case store.StateStopping, store.StateCleanupFailed:
@@ -601,6 +630,10 @@ func (s *Service) Reap(ctx context.Context) {
 		} else if n > 0 {
 			s.log.Debug("purged viewer seats", "n", n)
 		}
+	}
+	if now.Sub(s.lastSweep) >= sweepEvery {
+		s.lastSweep = now
+		s.sweepArchives(ctx)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/objstore"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
@@ -77,6 +78,14 @@ type Config struct {
 	// RelayURL is the websocket URL lenders' agents connect to, given to
 	// each agent when it pairs (empty when no relay is configured).
 	RelayURL string
+	// Objects keeps the archives of persistent computers, sealed before
+	// they leave the process (objstore.Encrypted). Without it, connections
+	// with persistence "home" are refused.
+	Objects objstore.Store
+	// ArchiveTimeout bounds one archive or restore (default 1 h), and
+	// MaxArchiveBytes one archive's size (default 64 GiB).
+	ArchiveTimeout  time.Duration
+	MaxArchiveBytes int64
 }
 
 // Service carries out the supervisor's operations; REST and MCP both call it.
@@ -102,6 +111,9 @@ type Service struct {
 
 	depMu      sync.Mutex
 	deployment string
+
+	waking    sync.Map  // session id -> *sync.Mutex, for wakes (persist.go)
+	lastSweep time.Time // of the archive objects, under reapMu
 }
 
 // New checks cfg and returns a Service.
@@ -133,6 +145,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = newID("i_")
+	}
+	if cfg.ArchiveTimeout <= 0 {
+		cfg.ArchiveTimeout = defaultArchiveTimeout
+	}
+	if cfg.MaxArchiveBytes <= 0 {
+		cfg.MaxArchiveBytes = defaultMaxArchiveBytes
 	}
 	s := &Service{
 		cfg: cfg, st: cfg.Store, clk: cfg.Clock, http: cfg.HTTPClient, instance: cfg.InstanceID,
@@ -218,6 +236,10 @@ type ConnectRequest struct {
 	LeaseSeconds *int              `json:"leaseSeconds,omitempty"`
 	DailySeconds *int              `json:"dailySeconds,omitempty"`
 	Image        string            `json:"image,omitempty"`
+	// Persistence, IdleSleepSeconds and MaxCheckpoints: see api.ConnectRequest.
+	Persistence      string `json:"persistence,omitempty"`
+	IdleSleepSeconds *int   `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   *int   `json:"maxCheckpoints,omitempty"`
 }
 
 // Connect attaches a provider to an agent.
@@ -253,6 +275,9 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if r.Image != providers.ImageHeadless && r.Image != providers.ImageDesktop {
 		return c, badRequest("image: %q must be %q or %q", r.Image, providers.ImageHeadless, providers.ImageDesktop)
 	}
+	if err := s.persistence(&r, r.Provider); err != nil {
+		return c, err
+	}
 	if cc, ok := p.(providers.CredentialChecker); ok {
 		if err := cc.CheckCredentials(r.Credentials); err != nil {
 			return c, badRequest("credentials: %v", err)
@@ -273,7 +298,10 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	}
 	c = store.Connection{
 		AgentID: r.Agent, Provider: r.Provider, Image: r.Image, LeaseSeconds: lease, DailySeconds: daily,
-		CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
+		Persistence: r.Persistence, CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
+	}
+	if r.Persistence == api.PersistenceHome {
+		c.IdleSleepSeconds, c.MaxCheckpoints = *r.IdleSleepSeconds, *r.MaxCheckpoints
 	}
 	if err := s.st.CreateConnection(ctx, c); err != nil {
 		if errors.Is(err, store.ErrConflict) {
@@ -281,7 +309,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 		}
 		return c, fmt.Errorf("connect agent %s: %w", r.Agent, err)
 	}
-	s.log.Info("connected", "agent", r.Agent, "provider", r.Provider, "lease", lease, "daily", daily)
+	s.log.Info("connected", "agent", r.Agent, "provider", r.Provider, "lease", lease, "daily", daily, "persistence", r.Persistence)
 	return c, nil
 }
 
@@ -355,7 +383,9 @@ func (s *Service) view(x store.Session) SessionView {
 // StatusView is the answer of GET /v1/agents/{agent}/computer.
 type StatusView struct {
 	Connection store.Connection `json:"connection"`
+	State      string           `json:"state,omitempty"`
 	Session    *SessionView     `json:"session"`
+	Archive    *api.Archive     `json:"archive,omitempty"`
 	Budget     store.Budget     `json:"budget"`
 }
 
@@ -370,8 +400,22 @@ func (s *Service) Status(ctx context.Context, agent string) (StatusView, error) 
 	if x, err := s.st.LiveSession(ctx, agent); err == nil {
 		v := s.view(x)
 		out.Session = &v
+		out.State = v.State
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return out, err
+	}
+	if c.Persistence == api.PersistenceHome {
+		a, err := s.st.GetArchive(ctx, agent, store.SleepArchive)
+		switch {
+		case err == nil:
+			v := archiveView(a)
+			out.Archive = &v
+			if out.Session == nil {
+				out.State = api.StateSleeping
+			}
+		case !errors.Is(err, store.ErrNotFound):
+			return out, err
+		}
 	}
 	out.Budget, err = s.st.Budget(ctx, agent, s.clk.Now())
 	return out, err
@@ -392,6 +436,14 @@ func (s *Service) Disconnect(ctx context.Context, agent string) error {
 	case x.State == store.StateUncertain:
 		return errorf(http.StatusConflict, CodeUncertain, "session %s is uncertain; confirm its cleanup before disconnecting", x.ID)
 	default:
+		if x.Home == store.HomeLive {
+			// Its archives go with the connection: none is made.
+			y := x
+			y.Home = ""
+			if err := s.st.UpdateSession(ctx, y, x.State); err != nil {
+				return err
+			}
+		}
 		if _, err := s.Stop(ctx, agent); err != nil {
 			return err
 		}
@@ -404,6 +456,9 @@ func (s *Service) Disconnect(ctx context.Context, agent string) error {
 		if p.AgentID == agent {
 			return errorf(http.StatusConflict, CodeConflict, "session %s is still being cleaned up (%s); the connection and its credentials stay until it is done", p.ID, p.LastError)
 		}
+	}
+	if err := s.deleteArchives(ctx, agent); err != nil {
+		return fmt.Errorf("delete the archives of %s: %w", agent, err)
 	}
 	if err := s.st.DeleteConnection(ctx, agent); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err

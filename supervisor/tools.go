@@ -57,6 +57,10 @@ func (s *Service) running(ctx context.Context, agent string) (store.Session, err
 		return x, errorf(http.StatusUnprocessableEntity, CodeBrowserSession,
 			"not available on a browser session: the %s provider gives a hosted browser with no shell or files; drive it over the CDP URL in the session's browser.cdpUrl", x.Provider)
 	}
+	if x, err = s.woken(ctx, x); err != nil {
+		return x, err
+	}
+	s.touch(ctx, x)
 	return x, nil
 }
 
@@ -262,5 +266,13 @@ func (s *Service) Usage(ctx context.Context, by string, from, to time.Time) (Usa
 	if rows == nil {
 		rows = []store.UsageRow{}
 	}
-	return UsageView{By: by, From: from, To: to, Rows: rows}, nil
+	stored, err := s.st.Stored(ctx)
+	if err != nil {
+		return UsageView{}, err
+	}
+	out := UsageView{By: by, From: from, To: to, Rows: rows, Stored: make([]api.StoredRow, 0, len(stored))}
+	for _, r := range stored {
+		out.Stored = append(out.Stored, api.StoredRow{Agent: r.AgentID, Workspace: r.Workspace, Bytes: r.Bytes, Archives: r.Archives})
+	}
+	return out, nil
 }

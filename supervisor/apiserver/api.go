@@ -319,8 +319,8 @@ type none struct{}
 
 func (h *Handler) toolRoutes() {
 	m := h.mux
-	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
-		return h.svc.Start(ctx, agent)
+	m.Handle("POST /v1/agents/{agent}/computer/start", tool(h, "start", false, func(ctx context.Context, agent string, req api.StartRequest) (api.Session, error) {
+		return h.svc.StartFrom(ctx, agent, req.Checkpoint)
 	}))
 	m.Handle("POST /v1/agents/{agent}/computer/stop", tool(h, "stop", false, func(ctx context.Context, agent string, _ none) (api.Session, error) {
 		return h.svc.Stop(ctx, agent)
@@ -328,6 +328,20 @@ func (h *Handler) toolRoutes() {
 	m.Handle("POST /v1/agents/{agent}/computer/exec", tool(h, "exec", true, h.svc.Exec))
 	m.Handle("POST /v1/agents/{agent}/computer/read_file", tool(h, "read_file", true, h.svc.ReadFile))
 	m.Handle("POST /v1/agents/{agent}/computer/write_file", tool(h, "write_file", true, h.svc.WriteFile))
+	m.Handle("POST /v1/agents/{agent}/computer/checkpoints", tool(h, "checkpoint", true, h.svc.Checkpoint))
+	m.Handle("GET /v1/agents/{agent}/computer/checkpoints", h.auth(agentTool, h.checkpoints))
+	m.Handle("DELETE /v1/agents/{agent}/computer/checkpoints/{name}", h.auth(agentTool, h.deleteCheckpoint))
+}
+
+func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	v, err := h.svc.Checkpoints(r.Context(), r.PathValue("agent"))
+	return api.Checkpoints{Checkpoints: v}, http.StatusOK, err
+}
+
+func (h *Handler) deleteCheckpoint(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	agent, name := r.PathValue("agent"), r.PathValue("name")
+	err := h.svc.DeleteCheckpoint(r.Context(), agent, name)
+	return map[string]any{"agent": agent, "checkpoint": name, "deleted": true}, http.StatusOK, err
 }
 
 func (h *Handler) confirm(w http.ResponseWriter, r *http.Request) (any, int, error) {
@@ -378,6 +392,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) (any, int, error
 	v, err := h.svc.Usage(r.Context(), by, from, to)
 	if err == nil && p.Scope == store.ScopeWorkspace {
 		v.Rows = slices.DeleteFunc(v.Rows, func(u store.UsageRow) bool { return u.Key != p.Workspace })
+		v.Stored = slices.DeleteFunc(v.Stored, func(u api.StoredRow) bool { return u.Workspace != p.Workspace })
 	}
 	return v, http.StatusOK, err
 }

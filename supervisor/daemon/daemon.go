@@ -271,10 +271,14 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
+	objects, maxArchive, err := d.objectStore(ctx, box)
+	if err != nil {
+		return fail(err)
+	}
 	d.Service, err = supervisor.New(supervisor.Config{
 		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
 		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr, RelayURL: o.RelayURL,
-		ComputerEnv: computerEnv,
+		ComputerEnv: computerEnv, Objects: objects, MaxArchiveBytes: maxArchive,
 	})
 	if err != nil {
 		return fail(err)

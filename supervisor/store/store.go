@@ -52,8 +52,8 @@ type Connection struct {
 	// Persistence is api.PersistenceNone or api.PersistenceHome.
 	Persistence string `json:"persistence"`
 	// IdleSleepSeconds and MaxCheckpoints apply to persistent connections.
-	IdleSleepSeconds int       `json:"idleSleepSeconds"`
-	MaxCheckpoints   int       `json:"maxCheckpoints"`
+	IdleSleepSeconds int       `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   int       `json:"maxCheckpoints,omitempty"`
 	CreatedAt        time.Time `json:"createdAt"`
 	Credentials      []byte    `json:"-"`
 }
