@@ -445,6 +445,9 @@ func (s *Service) endSession(ctx context.Context, x store.Session, reason string
 		end = x.ExpiresAt
 	}
 	charged := int((end.Sub(x.CreatedAt) + time.Second - 1) / time.Second)
+	// This instance does the cleanup: another one takes it over only once
+	// this one is dead (see resumeCleanups).
+	s.claim(ctx, x, reapClaim)
 	y := x
 	y.State = store.StateStopping
 	y.EndedAt = end
@@ -616,6 +619,7 @@ func (s *Service) Reap(ctx context.Context) {
 		}
 	}
 	s.resolveOrphans(ctx)
+	s.resumeCleanups(ctx)
 	// Records live a day: deleting the expired ones once a minute is enough.
 	// A lapsed viewer seat counts for nothing, and taking a seat drops its
 	// desktop's lapsed ones; the purge clears those of desktops nobody
@@ -645,6 +649,35 @@ func (s *Service) claim(ctx context.Context, x store.Session, d time.Duration) b
 		s.log.Warn("claim session", "session", x.ID, "err", err)
 	}
 	return ok && err == nil
+}
+
+// resumeCleanups takes over at once the cleanups of stopping sessions
+// whose supervisor died, rather than when their next try was due: a
+// persistent computer's archive is then made while its machine is still
+// there, and no machine outlives its session by more than a reaper pass.
+func (s *Service) resumeCleanups(ctx context.Context) {
+	stopping, err := s.st.SessionsByState(ctx, store.StateStopping)
+	if err != nil || len(stopping) == 0 {
+		return
+	}
+	now := s.clk.Now()
+	for _, x := range stopping {
+		if x.Owner == s.instance || x.Owner == "" || !now.Before(x.NextCleanupAt) || ctx.Err() != nil {
+			continue // ours, or due anyway
+		}
+		alive, err := s.st.InstanceAlive(ctx, x.Owner, now.Add(-InstanceTTL))
+		if err != nil || alive {
+			continue
+		}
+		if ok, err := s.st.TakeSession(ctx, x.ID, x.Owner, s.instance, now.Add(reapClaim)); err != nil || !ok {
+			continue
+		}
+		if x, err = s.st.GetSession(ctx, x.ID); err != nil || x.State != store.StateStopping {
+			continue
+		}
+		s.log.Info("resuming the cleanup of a session whose supervisor died", "session", x.ID, "agent", x.AgentID)
+		s.cleanup(ctx, x)
+	}
 }
 
 // resolveOrphans settles starting sessions whose supervisor died mid-create:
