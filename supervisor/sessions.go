@@ -445,9 +445,6 @@ func (s *Service) endSession(ctx context.Context, x store.Session, reason string
 		end = x.ExpiresAt
 	}
 	charged := int((end.Sub(x.CreatedAt) + time.Second - 1) / time.Second)
-	// This instance does the cleanup: another one takes it over only once
-	// this one is dead (see resumeCleanups).
-	s.claim(ctx, x, reapClaim)
 	y := x
 	y.State = store.StateStopping
 	y.EndedAt = end
@@ -461,6 +458,14 @@ func (s *Service) endSession(ctx context.Context, x store.Session, reason string
 			return cur
 		}
 		return x
+	}
+	// The instance that ended the session does its cleanup: another takes
+	// it over only once this one is dead (see resumeCleanups), even when
+	// the session's last claim was a dead instance's.
+	if x.Owner != s.instance {
+		if _, err := s.st.TakeSession(ctx, x.ID, x.Owner, s.instance, now.Add(reapClaim)); err != nil {
+			s.log.Warn("take over the session's cleanup", "session", x.ID, "err", err)
+		}
 	}
 	return s.cleanup(ctx, y)
 }

@@ -83,6 +83,10 @@ func bothAtMost(v float64, unit string) target {
 var targets = map[string]target{
 	"e2e BenchmarkWarmStart warm-start-to-exec-ms":             atMost(40, "ms (p50 over 50 starts)"),
 	"e2e BenchmarkColdStart start-to-exec-ms":                  ratioAtMost(1.15),
+	"e2e BenchmarkWake wake-to-exec-ms":                        atMost(500, "ms (p50, 100 MB home)"),
+	"api BenchmarkSleep1GiB sleep-MB/s":                        atLeast(300, "MB/s"),
+	"api BenchmarkSleep1GiB sleep-s":                           ratioAtMost(1.5),
+	"api BenchmarkCheckpointExec checkpoint-exec-p50-ms":       ratioAtMost(2),
 	"e2e BenchmarkExec rest-exec-ms":                           ratioAtMost(0.2),
 	"e2e BenchmarkExecMCP mcp-exec-ms":                         ratioAtMost(0.2),
 	"e2e BenchmarkExec computerd-rss-MB":                       atMost(15, "MB"),
