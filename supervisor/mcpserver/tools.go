@@ -518,16 +518,15 @@ func (s *Server) checkpoint(ctx context.Context, in checkpointInput) (api.Archiv
 
 // byteSize writes n bytes for people, as in 1.5 MB.
 func byteSize(n int64) string {
-	const unit = 1000
-	if n < unit {
+	if n < 1000 {
 		return fmt.Sprintf("%d bytes", n)
 	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 4; m /= unit {
-		div *= unit
+	v, exp := float64(n)/1000, 0
+	for v >= 999.95 && exp < 5 {
+		v /= 1000
 		exp++
 	}
-	return fmt.Sprintf("%.1f %cB", float64(n)/float64(div), "kMGTP"[exp])
+	return fmt.Sprintf("%.1f %cB", v, "kMGTPE"[exp])
 }
 
 // thousands writes n with commas, as in 24,000.
