@@ -47,6 +47,8 @@ Every subcommand acts for the agent named by --agent, or by $BERTH_AGENT.`,
 		newReadCmd(),
 		newWriteCmd(),
 		newStopCmd(),
+		newCheckpointCmd(),
+		newCheckpointsCmd(),
 		newDisconnectCmd(),
 		newConfirmCleanupCmd(),
 	)
@@ -87,10 +89,18 @@ tokenSecret for modal; url and apiKey for a tunnel; none for docker and
 local). A value written key=@FILE is read from FILE, which keeps it out of
 the process list and the shell history.
 
+With --persistence home the computer keeps its home folder across sessions:
+stop, expiry and --idle-sleep seconds without tool calls put it to sleep,
+archiving the home in the supervisor's object store, and the next start
+wakes it with the home restored. Processes and files outside the home do
+not survive a sleep. Checkpoints (berth computer checkpoint) save the home
+under a name; --max-checkpoints bounds how many are kept.
+
 Connecting does not prove that the account can create a machine: the first
 start does.`,
 		Example: `  berth computer connect --agent a1 --provider docker --lease 900 --daily 3600
-  berth computer connect --agent a1 --provider e2b --credential apiKey=@$HOME/.e2b-key --image desktop`,
+  berth computer connect --agent a1 --provider e2b --credential apiKey=@$HOME/.e2b-key --image desktop
+  berth computer connect --agent a1 --provider docker --persistence home --idle-sleep 300 --max-checkpoints 20`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := agentOf(cmd)
@@ -98,13 +108,16 @@ start does.`,
 				return err
 			}
 			req.Agent = agent
+			if err := checkPersistence(cmd, &req); err != nil {
+				return err
+			}
 			if req.Credentials, err = parseCredentials(creds); err != nil {
 				return err
 			}
 			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Connection, error) { return c.Connect(ctx, req) },
 				func(conn *api.Connection) error {
-					_, err := fmt.Fprintf(cmd.OutOrStdout(), "connected agent %s to %s: image %s, sessions up to %s, %s a day\n",
-						conn.Agent, conn.Provider, conn.Image, seconds2d(conn.LeaseSeconds), seconds2d(conn.DailySeconds))
+					_, err := fmt.Fprintf(cmd.OutOrStdout(), "connected agent %s to %s: image %s, sessions up to %s, %s a day%s\n",
+						conn.Agent, conn.Provider, conn.Image, seconds2d(conn.LeaseSeconds), seconds2d(conn.DailySeconds), persistenceText(conn))
 					return err
 				})
 		},
@@ -115,8 +128,46 @@ start does.`,
 	f.IntVar(&req.DailySeconds, "daily", 0, "daily time budget in seconds, lease..86400 (default 3600)")
 	f.StringVar(&req.Image, "image", "", "headless or desktop (default headless)")
 	f.StringArrayVar(&creds, "credential", nil, "a provider credential as key=value or key=@FILE (repeatable)")
+	f.StringVar(&req.Persistence, "persistence", "", "none (every session starts empty) or home (the home folder is kept across sessions) (default none)")
+	f.IntVar(&req.IdleSleepSeconds, "idle-sleep", 0, fmt.Sprintf("with --persistence home: seconds without tool calls before the computer sleeps, %d..%d (default %d)",
+		api.MinIdleSleepSeconds, api.MaxIdleSleepSeconds, api.DefaultIdleSleepSeconds))
+	f.IntVar(&req.MaxCheckpoints, "max-checkpoints", 0, fmt.Sprintf("with --persistence home: how many checkpoints the agent may keep, 1..%d (default %d)",
+		api.MaxMaxCheckpoints, api.DefaultMaxCheckpoints))
 	cmd.RegisterFlagCompletionFunc("image", cobra.FixedCompletions([]string{"headless", "desktop"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("persistence", cobra.FixedCompletions([]string{api.PersistenceNone, api.PersistenceHome}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// checkPersistence checks the persistence flags of connect; the supervisor
+// checks their ranges.
+func checkPersistence(cmd *cobra.Command, req *api.ConnectRequest) error {
+	switch req.Persistence {
+	case "", api.PersistenceNone, api.PersistenceHome:
+	default:
+		return usagef("--persistence %q: want %s or %s", req.Persistence, api.PersistenceNone, api.PersistenceHome)
+	}
+	f := cmd.Flags()
+	if req.Persistence != api.PersistenceHome && (f.Changed("idle-sleep") || f.Changed("max-checkpoints")) {
+		return usagef("--idle-sleep and --max-checkpoints need --persistence home")
+	}
+	// The client sends zero as "the default": a connection without
+	// checkpoints ("maxCheckpoints": 0) is made through the REST API.
+	if f.Changed("idle-sleep") && req.IdleSleepSeconds <= 0 {
+		return usagef("--idle-sleep %d: want %d..%d seconds", req.IdleSleepSeconds, api.MinIdleSleepSeconds, api.MaxIdleSleepSeconds)
+	}
+	if f.Changed("max-checkpoints") && req.MaxCheckpoints <= 0 {
+		return usagef("--max-checkpoints %d: want 1..%d (for none, connect through the REST API with \"maxCheckpoints\": 0)", req.MaxCheckpoints, api.MaxMaxCheckpoints)
+	}
+	return nil
+}
+
+// persistenceText describes what a persistent connection keeps, or nothing.
+func persistenceText(conn *api.Connection) string {
+	if conn.Persistence != api.PersistenceHome {
+		return ""
+	}
+	return fmt.Sprintf("; keeps its home folder, sleeps after %s without tool calls, up to %d checkpoints",
+		seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
 }
 
 // parseCredentials turns key=value and key=@FILE pairs into a map.
@@ -157,17 +208,36 @@ func redact(pair string) string {
 }
 
 func newStartCmd() *cobra.Command {
-	return &cobra.Command{
+	var checkpoint string
+	cmd := &cobra.Command{
 		Use:   "start",
 		Short: "Start the agent's computer, or show the one running",
-		Args:  cobra.NoArgs,
+		Long: `Start the agent's computer, or show the one running. A persistent computer
+(connected with --persistence home) wakes with its home folder as its last
+session left it, or, with --checkpoint, as one of its checkpoints holds it;
+a start from a checkpoint is refused while the computer runs. Processes do
+not survive a sleep: start again what must run.`,
+		Example: `  berth computer start --agent a1
+  berth computer start --agent a1 --checkpoint before-upgrade`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := agentOf(cmd)
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("checkpoint") && checkpoint == "" {
+				return usagef("--checkpoint needs a name")
+			}
 			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Session, error) {
-				s, err := c.Start(ctx, agent)
+				var (
+					s   *api.Session
+					err error
+				)
+				if checkpoint != "" {
+					s, err = c.StartFrom(ctx, agent, checkpoint)
+				} else {
+					s, err = c.Start(ctx, agent)
+				}
 				switch {
 				case err != nil:
 					return nil, err
@@ -177,9 +247,17 @@ func newStartCmd() *cobra.Command {
 					return nil, fmt.Errorf("the supervisor answered session %s %s: no computer was started; run berth computer start again", s.ID, s.State)
 				}
 				return s, nil
-			}, func(s *api.Session) error { printSession(cmd, agent, s); return nil })
+			}, func(s *api.Session) error {
+				printSession(cmd, agent, s)
+				if checkpoint != "" && s.State == api.StateRunning {
+					fmt.Fprintf(cmd.OutOrStdout(), "home folder restored from checkpoint %s\n", checkpoint)
+				}
+				return nil
+			})
 		},
 	}
+	cmd.Flags().StringVar(&checkpoint, "checkpoint", "", "start a persistent computer from this checkpoint in place of its last sleep")
+	return cmd
 }
 
 // printSession prints one line about s, and what a person should do when
@@ -251,7 +329,7 @@ func newListCmd() *cobra.Command {
 func newStatusCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's connection, session and budget",
+		Short: "Show the agent's connection, session and budget, and whether it sleeps",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := agentOf(cmd)
@@ -266,10 +344,20 @@ func newStatusCmd() *cobra.Command {
 					fmt.Fprintf(tw, "provider\t%s\n", conn.Provider)
 					fmt.Fprintf(tw, "image\t%s\n", conn.Image)
 					fmt.Fprintf(tw, "lease\t%s\n", seconds2d(conn.LeaseSeconds))
-					if st.Session == nil {
-						fmt.Fprintf(tw, "session\tnone\n")
-					} else {
+					if conn.Persistence == api.PersistenceHome {
+						fmt.Fprintf(tw, "persistence\thome, sleeps after %s without tool calls, up to %d checkpoints\n",
+							seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
+					}
+					switch {
+					case st.Session != nil:
 						fmt.Fprintf(tw, "session\t%s\n", sessionLine(st.Session))
+					case st.State == api.StateSleeping:
+						fmt.Fprintf(tw, "session\tnone: sleeping, the next start wakes the home from its archive\n")
+					default:
+						fmt.Fprintf(tw, "session\tnone\n")
+					}
+					if a := st.Archive; a != nil {
+						fmt.Fprintf(tw, "archive\t%s, made on %s at %s\n", byteSize(a.Bytes), a.Image, when(a.CreatedAt))
 					}
 					fmt.Fprintf(tw, "budget\t%s left of %s today (%s used, %s reserved), resets %s\n",
 						seconds2d(b.LeftSeconds), seconds2d(b.DailySeconds), seconds2d(b.UsedSeconds), seconds2d(b.ReservedSeconds), when(b.ResetsAt))
@@ -507,7 +595,7 @@ func checkWrite(content string, res *api.WriteFileResult) error {
 func newStopCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "stop",
-		Short: "Stop and discard the agent's computer",
+		Short: "Stop and discard the agent's computer (a persistent one sleeps, keeping its home)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := agentOf(cmd)

@@ -29,8 +29,9 @@ func newMCPCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve an agent's computer tools over MCP (stdio or streamable HTTP)",
-		Long: `mcp serves the five computer tools of one agent (computer_start, computer_exec,
-computer_read_file, computer_write_file, computer_stop) to an MCP api. Each
+		Long: `mcp serves the six computer tools of one agent (computer_start, computer_exec,
+computer_read_file, computer_write_file, computer_stop, and computer_checkpoint
+for persistent computers) to an MCP client. Each
 tool calls the supervisor at --url or $BERTH_URL, for the agent named by
 --agent or $BERTH_AGENT, with the agent key in $BERTH_AGENT_KEY (made with
 ` + "`berth key create --scope agent --agent X`" + `), which opens only that agent's

@@ -18,11 +18,14 @@ func newUsageCmd() *cobra.Command {
 	var by, from, to string
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Show session time by provider or by workspace",
+		Short: "Show session time by provider or by workspace, and stored archives",
 		Long: `Show session time by provider or by workspace, for the sessions started in
 a period. --from and --to take an RFC 3339 time or a YYYY-MM-DD day (UTC);
 a day given to --to is included. Without them the supervisor picks the
-period.`,
+period.
+
+Then, for persistent computers, the archives stored now per agent and
+workspace (sleep archive and checkpoints), in bytes before encryption.`,
 		Example: "  berth usage --by workspace --from 2025-01-01 --to 2025-01-31",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,6 +77,14 @@ func printUsage(cmd *cobra.Command, u *api.Usage) error {
 	if !u.From.IsZero() || !u.To.IsZero() {
 		fmt.Fprintf(out, "sessions started from %s to %s\n", when(u.From), when(u.To))
 	}
+	if err := printSessionTime(cmd, u); err != nil {
+		return err
+	}
+	return printStored(cmd, u.Stored)
+}
+
+func printSessionTime(cmd *cobra.Command, u *api.Usage) error {
+	out := cmd.OutOrStdout()
 	if len(u.Rows) == 0 {
 		_, err := fmt.Fprintln(out, "no sessions")
 		return err
@@ -92,6 +103,28 @@ func printUsage(cmd *cobra.Command, u *api.Usage) error {
 	}
 	if len(u.Rows) > 1 {
 		fmt.Fprintf(tw, "TOTAL\t%d\t%d\t%s\n", sessions, seconds, seconds2d(seconds))
+	}
+	return tw.Flush()
+}
+
+// printStored prints the archives of persistent computers stored now, when
+// there are any.
+func printStored(cmd *cobra.Command, rows []api.StoredRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintln(out, "\narchives of persistent computers stored now")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tWORKSPACE\tARCHIVES\tBYTES\tSIZE")
+	var archives, bytes int64
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", r.Agent, r.Workspace, r.Archives, r.Bytes, byteSize(r.Bytes))
+		archives += r.Archives
+		bytes += r.Bytes
+	}
+	if len(rows) > 1 {
+		fmt.Fprintf(tw, "TOTAL\t\t%d\t%d\t%s\n", archives, bytes, byteSize(bytes))
 	}
 	return tw.Flush()
 }

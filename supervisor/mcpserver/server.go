@@ -1,7 +1,8 @@
-// Package mcpserver serves one agent's five computer tools (computer_start,
-// computer_exec, computer_read_file, computer_write_file, computer_stop)
-// over the Model Context Protocol, on stdio or streamable HTTP. Each tool
-// calls the supervisor's REST API through a api.Client.
+// Package mcpserver serves one agent's six computer tools (computer_start,
+// computer_exec, computer_read_file, computer_write_file, computer_stop and,
+// for persistent computers, computer_checkpoint) over the Model Context
+// Protocol, on stdio or streamable HTTP. Each tool calls the supervisor's
+// REST API through a api.Client.
 //
 // Every tool call carries an Idempotency-Key derived from the call itself:
 // the MCP session, the connection and the JSON-RPC id of the tools/call

@@ -53,16 +53,19 @@ func TestListTools(t *testing.T) {
 			names = append(names, tool.Name)
 		}
 		slices.Sort(names)
-		want := []string{"computer_exec", "computer_read_file", "computer_start", "computer_stop", "computer_write_file"}
+		want := []string{"computer_checkpoint", "computer_exec", "computer_read_file", "computer_start", "computer_stop", "computer_write_file"}
 		if !slices.Equal(names, want) {
 			t.Fatalf("tools = %v, want %v", names, want)
 		}
 		mentions := map[string][]string{
-			ToolStart:     {"remainingSeconds", "survive between tool calls", "computer_stop"},
-			ToolExec:      {"120", "remaining time", "16384 bytes", "head and tail", "truncated", ">/tmp/cmd.log 2>&1 &", "uncertain", "never re-run automatically", "inspect the computer", "survive between calls"},
+			ToolStart: {"remainingSeconds", "survive between tool calls", "computer_stop", "persistent", "home folder",
+				"Processes do not survive a sleep and wake", "10 minutes", "checkpoint", "computer_checkpoint", "refused while a session runs"},
+			ToolExec:      {"120", "remaining time", "16384 bytes", "head and tail", "truncated", ">/tmp/cmd.log 2>&1 &", "uncertain", "never re-run automatically", "inspect the computer", "survive between calls", "idle sleep"},
 			ToolReadFile:  {"24,000 characters", "truncated", "nextOffset", "offset"},
 			ToolWriteFile: {"16,000 characters", "size and sha256"},
-			ToolStop:      {"discard", "every file and process", "empty computer"},
+			ToolStop:      {"discard", "Every process", "every file is gone", "empty computer", "persistent", "home folder are archived", "processes do not survive that sleep and wake"},
+			ToolCheckpoint: {"Only for a persistent computer", "keeps running", "home folder only", "no process", "computer_start with checkpoint",
+				"1 to 64 characters", "letters, digits", "not be taken", "10 unless configured"},
 		}
 		for name, words := range mentions {
 			for _, w := range words {
@@ -73,7 +76,7 @@ func TestListTools(t *testing.T) {
 		}
 		required := map[string][]string{
 			ToolStart: nil, ToolStop: nil,
-			ToolExec: {"command"}, ToolReadFile: {"path"}, ToolWriteFile: {"path", "content"},
+			ToolExec: {"command"}, ToolReadFile: {"path"}, ToolWriteFile: {"path", "content"}, ToolCheckpoint: {"name"},
 		}
 		for name, req := range required {
 			var schema struct {
@@ -95,6 +98,15 @@ func TestListTools(t *testing.T) {
 		raw, _ := json.Marshal(tools[ToolExec].InputSchema)
 		if !strings.Contains(string(raw), `"type":"integer"}`) || !strings.Contains(string(raw), "1 to 120") {
 			t.Errorf("exec input schema = %s", raw)
+		}
+		for _, name := range []string{ToolStart, ToolCheckpoint} {
+			raw, _ := json.Marshal(tools[name].InputSchema)
+			if !strings.Contains(string(raw), `"type":"string"}`) || !strings.Contains(string(raw), "1 to 64 characters") {
+				t.Errorf("%s input schema = %s", name, raw)
+			}
+		}
+		if a := tools[ToolCheckpoint].Annotations; a == nil || a.IdempotentHint || a.DestructiveHint == nil || *a.DestructiveHint || a.ReadOnlyHint {
+			t.Errorf("checkpoint annotations = %+v", a)
 		}
 		if len(f.requests()) != 0 {
 			t.Errorf("listing tools called the supervisor: %+v", f.requests())
@@ -164,7 +176,7 @@ func TestCallTools(t *testing.T) {
 		jsonEqual(t, f.last(t).Body, `{"path":"/tmp/h.txt","content":"hello"}`)
 
 		res = callTool(t, cs, ToolStop, nil)
-		if res.IsError || !strings.Contains(text(res), "Session s1 is stopped: its files and processes are discarded.") {
+		if res.IsError || !strings.Contains(text(res), "Session s1 is stopped: its processes are gone. A persistent computer keeps the files of its home folder") {
 			t.Errorf("stop text = %q", text(res))
 		}
 		structured(t, res, &x)

@@ -22,6 +22,13 @@ import (
 // testAgent connected to it, until the test ends.
 func realSupervisor(t *testing.T) (*httptest.Server, *fake.Provider, store.Store) {
 	t.Helper()
+	return realSupervisorWith(t, nil, supervisor.ConnectRequest{Agent: testAgent})
+}
+
+// realSupervisorWith is realSupervisor with a configuration changed by
+// configure (when set) and testAgent connected by conn.
+func realSupervisorWith(t *testing.T, configure func(*supervisor.Config), conn supervisor.ConnectRequest) (*httptest.Server, *fake.Provider, store.Store) {
+	t.Helper()
 	ctx := testContext(t)
 	dir := t.TempDir()
 	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
@@ -42,8 +49,12 @@ func realSupervisor(t *testing.T) (*httptest.Server, *fake.Provider, store.Store
 	}
 	fp := fake.New(filepath.Join(dir, "machines"), nil)
 	log := testLogger(t)
-	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{fake.ID: fp},
-		DefaultProvider: fake.ID, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 5 * time.Second})
+	cfg := supervisor.Config{Store: st, Providers: map[string]providers.Provider{fake.ID: fp},
+		DefaultProvider: fake.ID, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 5 * time.Second}
+	if configure != nil {
+		configure(&cfg)
+	}
+	svc, err := supervisor.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +67,7 @@ func realSupervisor(t *testing.T) (*httptest.Server, *fake.Provider, store.Store
 	if _, err := svc.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: testAgent, Name: testAgent}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Connect(ctx, supervisor.ConnectRequest{Agent: testAgent}); err != nil {
+	if _, err := svc.Connect(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
 	return srv, fp, st

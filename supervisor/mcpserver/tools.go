@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,39 +28,56 @@ const (
 	MaxReadChars              = 24000
 	MaxWriteChars             = 16000
 	MaxPathChars              = 4096 // bytes
+	// MaxCheckpointNameChars bounds a checkpoint's name, made of letters,
+	// digits, '.', '_' and '-' and starting with a letter or digit.
+	MaxCheckpointNameChars = api.MaxCheckpointNameChars
 )
 
 // Tool names.
 const (
-	ToolStart     = "computer_start"
-	ToolExec      = "computer_exec"
-	ToolReadFile  = "computer_read_file"
-	ToolWriteFile = "computer_write_file"
-	ToolStop      = "computer_stop"
+	ToolStart      = "computer_start"
+	ToolExec       = "computer_exec"
+	ToolReadFile   = "computer_read_file"
+	ToolWriteFile  = "computer_write_file"
+	ToolStop       = "computer_stop"
+	ToolCheckpoint = "computer_checkpoint"
 )
 
 // uncertainAdvice is what a model is told when an exec's outcome is unknown.
 const uncertainAdvice = "It may or may not have run, and it will not be re-run automatically. " +
 	"Inspect the computer (files, processes) before running a command that could repeat a side effect."
 
+// persistentNote is what the descriptions that speak of a session's end say
+// of persistent computers.
+var persistentNote = fmt.Sprintf("A persistent computer (one connected with persistence home) keeps the files of its home folder, and only those: "+
+	"computer_stop, the session's expiry and %d minutes without tool calls (unless configured otherwise) put it to sleep, archiving the home, "+
+	"and the next computer_start wakes it with the home restored. Processes do not survive a sleep and wake, nor do files outside the home (such as /tmp): "+
+	"start again what must run.", api.DefaultIdleSleepSeconds/60)
+
 // instructions is what the server tells the model about the tools as a
 // whole.
 var instructions = fmt.Sprintf(`These tools drive one Linux computer.
 Call computer_start first; it reports how many seconds the session has left. Files and processes
-survive between calls until computer_stop or the session's expiry, which discard everything.
+survive between calls until computer_stop or the session's expiry, which discard everything
+(except the home folder of a persistent computer, see below).
 computer_exec runs one shell command for at most %d s (never past the session's end); its output
 is bounded and truncation is marked. Start long jobs in the background with their output redirected
 (nohup cmd >/tmp/job.log 2>&1 &) and poll the log. An exec reported uncertain may or may not have run
 and is never re-run automatically: inspect the computer before repeating anything with side effects.
 computer_read_file reads up to %s characters per call (continue at the offset it gives);
-computer_write_file writes up to %s characters and verifies size and sha256.`,
-	MaxExecTimeoutSeconds, thousands(MaxReadChars), thousands(MaxWriteChars))
+computer_write_file writes up to %s characters and verifies size and sha256.
+%s
+computer_checkpoint saves the home folder of a persistent computer under a name, and
+computer_start with that checkpoint starts from it after computer_stop.`,
+	MaxExecTimeoutSeconds, thousands(MaxReadChars), thousands(MaxWriteChars), persistentNote)
 
 var (
 	startDescription = "Start this agent's Linux computer, or return the session that is already running. " +
 		"The answer gives the session's state and remainingSeconds: the session ends at expiresAt whatever happens. " +
 		"Files and processes survive between tool calls until computer_stop or the session's expiry; " +
-		"after that the next start begins with an empty computer. Call it before the other computer tools; calling it again while a session runs is harmless."
+		"after that the next start begins with an empty computer, unless the computer is persistent. " + persistentNote + " " +
+		"checkpoint (persistent computers only) starts from a checkpoint saved by computer_checkpoint in place of the last sleep; it is refused while a session runs, so call computer_stop first. " +
+		"Call it before the other computer tools; calling it again while a session runs is harmless."
 
 	execDescription = fmt.Sprintf("Run a shell command (/bin/sh -c) on the computer and return its exit code, stdout and stderr. "+
 		"timeoutSeconds is 1 to %d (default %d): the command and its processes are killed at the timeout, and it never runs past the session's remaining time. "+
@@ -68,7 +86,7 @@ var (
 		"A background process must redirect its output and detach, for example `nohup cmd >/tmp/cmd.log 2>&1 &`, or the call waits for it until the timeout. "+
 		"If the result is marked uncertain, the computer or its link failed during the call: the command may or may not have run, and it is never re-run automatically; "+
 		"inspect the computer (files, processes) before repeating anything with side effects. "+
-		"Files and processes survive between calls until computer_stop or the session's expiry.",
+		"Files and processes survive between calls until computer_stop or the session's expiry (or a persistent computer's idle sleep, after which only the home folder's files remain).",
 		MaxExecTimeoutSeconds, DefaultExecTimeoutSeconds, ExecOutputBytes)
 
 	readDescription = fmt.Sprintf("Read a UTF-8 text file on the computer: up to %s characters from offset (counted in characters, default 0). "+
@@ -81,13 +99,30 @@ var (
 		"The write is verified on the computer by size and sha256 before the call answers, and the answer reports both.",
 		thousands(MaxWriteChars))
 
-	stopDescription = "Stop the computer and discard its session: every file and process on it is gone, and the unused time returns to the daily budget. " +
-		"The next computer_start begins with an empty computer."
+	stopDescription = "Stop the computer and discard its session; the unused time returns to the daily budget. " +
+		"Every process on it is gone. On a computer that is not persistent every file is gone too, and the next computer_start begins with an empty computer. " +
+		"On a persistent computer the files of the home folder are archived first and the next computer_start restores them; " +
+		"processes do not survive that sleep and wake, and files outside the home are gone."
+
+	checkpointDescription = fmt.Sprintf("Save the home folder of this persistent computer as a checkpoint called name; the computer keeps running. "+
+		"Only for a persistent computer (one connected with persistence home): on any other computer it is refused. "+
+		"A checkpoint holds the files of the home folder only: no process, and no file outside the home (such as /tmp). "+
+		"Later, computer_start with checkpoint set to the name starts the computer from it (after computer_stop), in place of its last sleep; "+
+		"processes must be started again then. "+
+		"name is 1 to %d characters: letters, digits, '.', '_' and '-', starting with a letter or digit; it must not be taken already. "+
+		"A computer keeps a limited number of checkpoints (%d unless configured otherwise); the operator deletes old ones. A large home takes a while to save.",
+		MaxCheckpointNameChars, api.DefaultMaxCheckpoints)
 )
 
 // Inputs of the tools.
 type (
-	noInput   struct{}
+	noInput    struct{}
+	startInput struct {
+		Checkpoint string `json:"checkpoint,omitempty"`
+	}
+	checkpointInput struct {
+		Name string `json:"name"`
+	}
 	execInput struct {
 		Command        string `json:"command"`
 		TimeoutSeconds *int   `json:"timeoutSeconds,omitempty"`
@@ -119,7 +154,9 @@ func (s *Server) addTools() {
 	}
 	addTool(s, &mcp.Tool{
 		Name: ToolStart, Title: "Start the computer", Description: startDescription,
-		InputSchema: objectSchema(nil),
+		InputSchema: objectSchema(map[string]*jsonschema.Schema{
+			"checkpoint": checkpointSchema("Persistent computers only: the checkpoint to start from, in place of the last sleep. Refused while a session runs."),
+		}),
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
 	}, s.start)
 	addTool(s, &mcp.Tool{
@@ -155,6 +192,19 @@ func (s *Server) addTools() {
 		InputSchema: objectSchema(nil),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
 	}, s.stop)
+	addTool(s, &mcp.Tool{
+		Name: ToolCheckpoint, Title: "Save the home folder as a checkpoint", Description: checkpointDescription,
+		InputSchema: objectSchema(map[string]*jsonschema.Schema{
+			"name": checkpointSchema("The new checkpoint's name."),
+		}, "name"),
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	}, s.checkpoint)
+}
+
+// checkpointSchema is the schema of a checkpoint's name.
+func checkpointSchema(what string) *jsonschema.Schema {
+	return &jsonschema.Schema{Type: "string", Description: fmt.Sprintf(
+		"%s 1 to %d characters: letters, digits, '.', '_' and '-', starting with a letter or digit.", what, MaxCheckpointNameChars)}
 }
 
 // addTool registers a tool whose run function gets a context that carries
@@ -230,8 +280,19 @@ func neverSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-func (s *Server) start(ctx context.Context, _ noInput) (api.Session, []string, error) {
-	x, err := s.c.Start(ctx, s.agent)
+func (s *Server) start(ctx context.Context, in startInput) (api.Session, []string, error) {
+	var (
+		x   *api.Session
+		err error
+	)
+	if in.Checkpoint != "" {
+		if err := checkCheckpointName("checkpoint", in.Checkpoint); err != nil {
+			return api.Session{}, nil, err
+		}
+		x, err = s.c.StartFrom(ctx, s.agent, in.Checkpoint)
+	} else {
+		x, err = s.c.Start(ctx, s.agent)
+	}
 	if err != nil {
 		return api.Session{}, nil, err
 	}
@@ -241,7 +302,11 @@ func (s *Server) start(ctx context.Context, _ noInput) (api.Session, []string, e
 	if !x.Live() {
 		return api.Session{}, nil, failf("the supervisor answered session %s %s: no computer was started; call computer_start again", x.ID, x.State)
 	}
-	return *x, []string{startText(x)}, nil
+	text := startText(x)
+	if in.Checkpoint != "" && x.State == api.StateRunning {
+		text += fmt.Sprintf(" Started from checkpoint %s: the files of its home folder are back; no process from before runs.", in.Checkpoint)
+	}
+	return *x, []string{text}, nil
 }
 
 func startText(x *api.Session) string {
@@ -413,11 +478,55 @@ func (s *Server) stop(ctx context.Context, _ noInput) (api.Session, []string, er
 	if x == nil {
 		return api.Session{}, []string{"The computer is stopped."}, nil
 	}
-	text := fmt.Sprintf("Session %s is %s: its files and processes are discarded. computer_start begins a new, empty computer.", x.ID, x.State)
+	text := fmt.Sprintf("Session %s is %s: its processes are gone. A persistent computer keeps the files of its home folder for the next computer_start; "+
+		"on any other every file is discarded, and computer_start begins a new, empty computer.", x.ID, x.State)
 	if x.Message != "" {
 		text += " " + x.Message
 	}
 	return *x, []string{text}, nil
+}
+
+// checkpointRE is the form of a checkpoint's name, as the supervisor takes it.
+var checkpointRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// checkCheckpointName checks a checkpoint name argument as the supervisor
+// does.
+func checkCheckpointName(field, name string) error {
+	switch {
+	case name == "":
+		return failf("%s: required", field)
+	case len(name) > MaxCheckpointNameChars:
+		return failf("%s: %d characters, at most %d", field, len(name), MaxCheckpointNameChars)
+	case !checkpointRE.MatchString(name):
+		return failf("%s: %q must be letters, digits, '.', '_' and '-', starting with a letter or digit", field, name)
+	}
+	return nil
+}
+
+func (s *Server) checkpoint(ctx context.Context, in checkpointInput) (api.Archive, []string, error) {
+	if err := checkCheckpointName("name", in.Name); err != nil {
+		return api.Archive{}, nil, err
+	}
+	a, err := s.c.Checkpoint(ctx, s.agent, in.Name)
+	if err != nil {
+		return api.Archive{}, nil, err
+	}
+	return *a, []string{fmt.Sprintf("Saved checkpoint %s: %s of the home folder, made on image %s at %s. The computer keeps running. "+
+		"After computer_stop, computer_start with checkpoint %q starts from it: its files only, no process.",
+		a.Name, byteSize(a.Bytes), a.Image, a.CreatedAt.UTC().Format(time.RFC3339), a.Name)}, nil
+}
+
+// byteSize writes n bytes for people, as in 1.5 MB.
+func byteSize(n int64) string {
+	if n < 1000 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, exp := float64(n)/1000, 0
+	for v >= 999.95 && exp < 5 {
+		v /= 1000
+		exp++
+	}
+	return fmt.Sprintf("%.1f %cB", v, "kMGTPE"[exp])
 }
 
 // thousands writes n with commas, as in 24,000.
