@@ -274,6 +274,7 @@ func TestREADME(t *testing.T) {
 	first := shBlocks(t, sections, "A first computer", 2)
 	curlBlock, cliBlock := first[0], first[1]
 	deskBlock := shBlocks(t, sections, "A desktop, watched live", 1)[0]
+	keepBlock := shBlocks(t, sections, "A computer that keeps its files", 1)[0]
 
 	deadline := time.Now().Add(10 * time.Minute)
 	if d, ok := t.Deadline(); ok && d.Add(-30*time.Second).Before(deadline) {
@@ -350,7 +351,7 @@ func TestREADME(t *testing.T) {
 	token := strings.TrimPrefix(exports[1], "export SUPERVISOR_TOKEN=")
 	s := &super{t: t, url: baseURL, token: token}
 
-	agents := []string{"demo", "demo2", "desk"}
+	agents := []string{"demo", "demo2", "keeper", "desk"}
 	sessions := map[string]string{} // agent -> its session
 	t.Cleanup(func() {
 		// Whatever the test left: stop the sessions, disconnect the agents.
@@ -457,6 +458,31 @@ func TestREADME(t *testing.T) {
 		}},
 	})
 	gone("demo2")
+
+	// The persistent computer's block.
+	runs = runShellBlock(t, ctx, work, env, prelude, keepBlock.lines)
+	checkLines(t, runs, []lineCheck{
+		{regexp.MustCompile(`^berth computer checkpoint --agent keeper before-upgrade`), func(t *testing.T, r lineRun) {
+			if !strings.Contains(r.stdout, "before-upgrade") {
+				t.Errorf("%s: %q does not name the checkpoint", r.line, r.stdout)
+			}
+		}},
+		{regexp.MustCompile(`^berth computer status `), func(t *testing.T, r lineRun) {
+			if !strings.Contains(r.stdout, "sleeping") {
+				t.Errorf("%s: %q, want the computer sleeping", r.line, r.stdout)
+			}
+		}},
+		{regexp.MustCompile(`^berth computer read `), func(t *testing.T, r lineRun) {
+			if r.stdout != "kept across sessions\n" {
+				t.Errorf("%s: read %q after the wake, want the text written before the stop", r.line, r.stdout)
+			}
+		}},
+		{regexp.MustCompile(`^berth computer checkpoints --agent keeper\s`), func(t *testing.T, r lineRun) {
+			if !regexp.MustCompile(`(?m)^before-upgrade\s`).MatchString(r.stdout) {
+				t.Errorf("%s: %q, want a line for before-upgrade", r.line, r.stdout)
+			}
+		}},
+	})
 
 	// The desktop block.
 	runs = runShellBlock(t, ctx, work, env, prelude, deskBlock.lines)

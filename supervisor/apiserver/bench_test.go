@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 // supervisor against a direct call to the computer's daemon (the baseline,
 // from the same run). The difference is the supervisor's own overhead.
 //
-//	go test ./supervisor/api -run '^$' -bench ExecCalls -benchtime 5000x
+//	go test ./supervisor/apiserver -run '^$' -bench ExecCalls -benchtime 5000x
 func BenchmarkExecCalls(b *testing.B) {
 	b.Run("sqlite", func(b *testing.B) {
 		st, err := sqlstore.OpenSQLite(context.Background(), b.TempDir()+"/berth.db")

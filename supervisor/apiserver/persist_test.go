@@ -24,7 +24,7 @@ type homeEnv struct {
 	objects string
 }
 
-func newHomeEnv(t *testing.T) *homeEnv {
+func newHomeEnv(t testing.TB) *homeEnv {
 	t.Helper()
 	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))
 	if err != nil {

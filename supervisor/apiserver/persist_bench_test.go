@@ -1,0 +1,194 @@
+package apiserver_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/api"
+)
+
+// The persistence benchmarks run the supervisor's own path (computerd's
+// archive over HTTP on loopback, sealed, into the local object store) on a
+// computer of the fake provider, whose computerd is the real one.
+
+// fillHome writes a mixed folder of about size bytes under home: a quarter
+// random bytes, half text, a quarter small files (half text, half random)
+// in 64 folders. It returns the bytes written.
+func fillHome(b *testing.B, home string, size int64) int64 {
+	b.Helper()
+	rng := rand.New(rand.NewPCG(7, 8))
+	random := rand.NewChaCha8([32]byte{9})
+	words := strings.Fields("the quick brown fox jumps over a lazy dog while agents write code and notes func return nil error")
+	text := func(n int) []byte {
+		var sb strings.Builder
+		for sb.Len() < n {
+			sb.WriteString(words[rng.IntN(len(words))])
+			if rng.IntN(10) == 0 {
+				sb.WriteByte('\n')
+			} else {
+				sb.WriteByte(' ')
+			}
+		}
+		return []byte(sb.String()[:n])
+	}
+	noise := func(n int) []byte {
+		p := make([]byte, n)
+		random.Read(p)
+		return p
+	}
+	var total int64
+	write := func(name string, data []byte) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(home, name)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, name), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		total += int64(len(data))
+	}
+	const chunk = 16 << 20
+	for i := int64(0); i < size/4/chunk; i++ {
+		write(fmt.Sprintf("data/random-%02d.bin", i), noise(chunk))
+	}
+	for i := int64(0); i < size/2/chunk; i++ {
+		write(fmt.Sprintf("logs/text-%02d.log", i), text(chunk))
+	}
+	for i := 0; total < size; i++ {
+		n := 4<<10 + rng.IntN(120<<10)
+		name := fmt.Sprintf("src/pkg%02d/file%04d", i%64, i)
+		if i%2 == 0 {
+			write(name+".go", text(n))
+		} else {
+			write(name+".bin", noise(n))
+		}
+	}
+	return total
+}
+
+// homeOf returns the home folder of the agent's running fake computer.
+func (e *homeEnv) homeOf(b *testing.B, agent string) string {
+	b.Helper()
+	x, err := e.st.LiveSession(context.Background(), agent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	home := e.fake.Home(x.MachineID)
+	if home == "" {
+		b.Fatalf("no home for machine %s", x.MachineID)
+	}
+	return home
+}
+
+// BenchmarkSleep1GiB times the archive a sleep makes of a 1 GiB mixed
+// home (through computerd, sealed, into the local store; the checkpoint
+// call, which is the same path without removing the machine), against
+// `tar -c | zstd -1` of the same folder into a file on the host, in the
+// same run.
+func BenchmarkSleep1GiB(b *testing.B) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		b.Fatalf("the baseline needs the zstd command: %v", err)
+	}
+	e := newHomeEnv(b)
+	e.connectHome("sleep", map[string]any{"maxCheckpoints": 1})
+	e.mustCall("POST", "/v1/agents/sleep/computer/start", nil, 200, nil)
+	home := e.homeOf(b, "sleep")
+	size := fillHome(b, home, 1<<30)
+	out := filepath.Join(b.TempDir(), "base.tar.zst")
+	var ours, base []time.Duration
+	var a api.Archive
+	for i := 0; b.Loop(); i++ {
+		timeBase := func() {
+			t0 := time.Now()
+			cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -c > "$2"`, "sh", home, out)
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("tar | zstd: %v: %s", err, msg)
+			}
+			base = append(base, time.Since(t0))
+		}
+		timeOurs := func() {
+			t0 := time.Now()
+			e.mustCall("POST", "/v1/agents/sleep/computer/checkpoints", map[string]any{"name": "bench"}, 200, &a)
+			ours = append(ours, time.Since(t0))
+			e.mustCall("DELETE", "/v1/agents/sleep/computer/checkpoints/bench", nil, 200, nil)
+		}
+		if i%2 == 0 {
+			timeBase()
+			timeOurs()
+		} else {
+			timeOurs()
+			timeBase()
+		}
+	}
+	o, r := medianOf(ours), medianOf(base)
+	if fi, err := os.Stat(out); err == nil {
+		b.Logf("home %d bytes; our archive %d bytes (before sealing), tar | zstd -1 %d", size, a.Bytes, fi.Size())
+	}
+	b.ReportMetric(o.Seconds(), "sleep-s")
+	b.ReportMetric(r.Seconds(), "base-tar-zstd-s")
+	b.ReportMetric(o.Seconds()/r.Seconds(), "ratio")
+	b.ReportMetric(float64(size)/1e6/o.Seconds(), "sleep-MB/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkCheckpointExec measures what a checkpoint of a running
+// computer costs the agent: the p50 latency of `true` through the REST
+// exec while a 512 MB home is archived, against its p50 on the idle
+// computer in the same run.
+func BenchmarkCheckpointExec(b *testing.B) {
+	e := newHomeEnv(b)
+	e.connectHome("cpx", map[string]any{"maxCheckpoints": 1})
+	e.mustCall("POST", "/v1/agents/cpx/computer/start", nil, 200, nil)
+	fillHome(b, e.homeOf(b, "cpx"), 512<<20)
+	execOnce := func() time.Duration {
+		t0 := time.Now()
+		e.mustCall("POST", "/v1/agents/cpx/computer/exec", map[string]any{"command": "true"}, 200, nil)
+		return time.Since(t0)
+	}
+	var idle, during []time.Duration
+	for b.Loop() {
+		for range 20 {
+			idle = append(idle, execOnce())
+		}
+		var wg sync.WaitGroup
+		done := make(chan struct{})
+		wg.Go(func() {
+			defer close(done)
+			e.mustCall("POST", "/v1/agents/cpx/computer/checkpoints", map[string]any{"name": "bench"}, 200, nil)
+		})
+	calls:
+		for n := 0; n < 10_000; n++ {
+			select {
+			case <-done:
+				break calls
+			default:
+				during = append(during, execOnce())
+			}
+		}
+		wg.Wait()
+		e.mustCall("DELETE", "/v1/agents/cpx/computer/checkpoints/bench", nil, 200, nil)
+	}
+	if len(during) < 5 {
+		b.Fatalf("only %d execs ran during the checkpoints", len(during))
+	}
+	i, d := medianOf(idle), medianOf(during)
+	b.Logf("%d execs idle, %d during checkpoints", len(idle), len(during))
+	b.ReportMetric(float64(d.Microseconds())/1000, "checkpoint-exec-p50-ms")
+	b.ReportMetric(float64(i.Microseconds())/1000, "base-idle-exec-p50-ms")
+	b.ReportMetric(float64(d)/float64(i), "ratio")
+	b.ReportMetric(0, "ns/op")
+}
+
+func medianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
