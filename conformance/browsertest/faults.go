@@ -1,9 +1,12 @@
 package browsertest
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
+	"testing"
+	"time"
 )
 
 // Faults are the bad days a browser provider's fake plays, and the lock
@@ -50,4 +53,27 @@ func HangUp(w http.ResponseWriter) {
 	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 		conn.Close()
 	}
+}
+
+// StopWhenDone stops, when t ends, the browsers running() returns (it is
+// called with Mu held; nil entries are skipped): a fake's sessions end
+// with its test.
+func (f *Faults) StopWhenDone(t testing.TB, running func() []*Chromium) {
+	t.Cleanup(func() {
+		f.Mu.Lock()
+		defer f.Mu.Unlock()
+		for _, c := range running() {
+			if c != nil {
+				c.Stop()
+			}
+		}
+	})
+}
+
+// StartChromiumFor starts the browser of a create request r, allowing it a
+// minute to listen.
+func StartChromiumFor(r *http.Request) (*Chromium, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	defer cancel()
+	return StartChromium(ctx)
 }

@@ -37,7 +37,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/berthdev/berth/conformance/browsertest"
 )
@@ -71,17 +70,15 @@ type fakeSession struct {
 func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
 	browsertest.RequireChromium(t)
 	f := &fakeBrowserbase{t: t, Key: "bb_live_" + strings.ToLower(rand.Text()), sessions: map[string]*fakeSession{}}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(func() {
-		f.srv.Close()
-		f.Mu.Lock()
-		defer f.Mu.Unlock()
+	f.StopWhenDone(t, func() []*browsertest.Chromium {
+		var out []*browsertest.Chromium
 		for _, s := range f.sessions {
-			if s.browser != nil {
-				s.browser.Stop()
-			}
+			out = append(out, s.browser)
 		}
+		return out
 	})
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(f.srv.Close)
 	return f
 }
 
@@ -116,9 +113,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.fail(w, 429, "concurrent session limit reached")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
-		defer cancel()
-		c, err := browsertest.StartChromium(ctx)
+		c, err := browsertest.StartChromiumFor(r)
 		if err != nil {
 			f.fail(w, 500, err.Error())
 			return

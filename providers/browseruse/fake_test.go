@@ -62,17 +62,15 @@ type fakeBrowser struct {
 func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
 	browsertest.RequireChromium(t)
 	f := &fakeBrowserUse{t: t, Key: "bu_" + strings.ToLower(rand.Text()), browsers: map[string]*fakeBrowser{}, maxTimeout: 240}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(func() {
-		f.srv.Close()
-		f.Mu.Lock()
-		defer f.Mu.Unlock()
+	f.StopWhenDone(t, func() []*browsertest.Chromium {
+		var out []*browsertest.Chromium
 		for _, b := range f.browsers {
-			if b.chrome != nil {
-				b.chrome.Stop()
-			}
+			out = append(out, b.chrome)
 		}
+		return out
 	})
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(f.srv.Close)
 	return f
 }
 
@@ -105,9 +103,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			browsertest.WriteJSON(w, 403, map[string]any{"detail": "Maximum session timeout exceeded."})
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
-		defer cancel()
-		c, err := browsertest.StartChromium(ctx)
+		c, err := browsertest.StartChromiumFor(r)
 		if err != nil {
 			browsertest.WriteJSON(w, 500, map[string]any{"detail": err.Error()})
 			return
