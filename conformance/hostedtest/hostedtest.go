@@ -1,6 +1,7 @@
 // Package hostedtest holds what the hosted providers' tests and benchmarks
 // share: the provider-level cycle benchmark, measured against a baseline
-// in the same run, and the check of what `berth providers` shows.
+// in the same run, and the checks of what `berth providers` shows (which
+// the docker, local and tunnel providers' tests use too).
 package hostedtest
 
 import (
@@ -100,10 +101,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // what is shown) when secret is true.
 func RequireDescribed(t testing.TB, id, name string, secret bool) {
 	t.Helper()
-	d, ok := providers.DescriptionOf(id)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", id, d, ok)
-	}
+	d := Described(t, id)
 	for _, s := range append(slices.Clone(d.Settings), d.Credentials...) {
 		if s.Name == name {
 			if !s.Required || s.Help == "" || s.Secret != secret {
@@ -113,4 +111,33 @@ func RequireDescribed(t testing.TB, id, name string, secret bool) {
 		}
 	}
 	t.Errorf("%s is not described: %+v", name, d)
+}
+
+// Described returns what `berth providers` shows for provider id, failing
+// t unless it is described with a summary.
+func Described(t testing.TB, id string) providers.Description {
+	t.Helper()
+	d, ok := providers.DescriptionOf(id)
+	if !ok || d.Summary == "" {
+		t.Fatalf("DescriptionOf(%q) = %+v, %v", id, d, ok)
+	}
+	return d
+}
+
+// RequireSettingsRead fails t unless the settings d describes are exactly
+// those the provider's configuration read (each once or more, in any
+// order).
+func RequireSettingsRead(t testing.TB, d providers.Description, read []string) {
+	t.Helper()
+	read = slices.Clone(read)
+	slices.Sort(read)
+	read = slices.Compact(read)
+	var described []string
+	for _, s := range d.Settings {
+		described = append(described, s.Name)
+	}
+	slices.Sort(described)
+	if !slices.Equal(read, described) {
+		t.Errorf("described settings %v, want the ones read: %v", described, read)
+	}
 }
