@@ -39,6 +39,7 @@ import (
 	"testing"
 
 	"github.com/berthdev/berth/conformance/browsertest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeBrowserbase struct {
@@ -109,7 +110,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.refuseCreate = ""
 			return
 		}
-		if browsertest.Take(&f.RateLimit) {
+		if hostedtest.Take(&f.RateLimit) {
 			f.fail(w, 429, "concurrent session limit reached")
 			return
 		}
@@ -137,8 +138,8 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		f.sessions[s.ID] = s
-		if browsertest.Take(&f.LoseReplies) {
-			browsertest.HangUp(w)
+		if hostedtest.Take(&f.LoseReplies) {
+			hostedtest.HangUp(w)
 			return
 		}
 		browsertest.WriteJSON(w, 201, s)
@@ -170,7 +171,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case sub == "" && r.Method == "GET":
 			browsertest.WriteJSON(w, 200, s)
 		case sub == "debug" && r.Method == "GET":
-			if browsertest.Take(&f.failDebug) {
+			if hostedtest.Take(&f.failDebug) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}
@@ -187,7 +188,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.fail(w, 400, bad)
 				return
 			}
-			if browsertest.Take(&f.FailDeletes) {
+			if hostedtest.Take(&f.FailDeletes) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/conformance/browsertest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeBrowserUse struct {
@@ -91,7 +92,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			browsertest.WriteJSON(w, 422, map[string]any{"detail": bad})
 			return
 		}
-		if browsertest.Take(&f.RateLimit) {
+		if hostedtest.Take(&f.RateLimit) {
 			browsertest.WriteJSON(w, 429, map[string]any{"detail": "Too many concurrent active sessions."})
 			return
 		}
@@ -112,8 +113,8 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.HTTP, LiveURL: f.srv.URL + "/live/" + id,
 			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
 		f.browsers[id] = b
-		if browsertest.Take(&f.LoseReplies) {
-			browsertest.HangUp(w)
+		if hostedtest.Take(&f.LoseReplies) {
+			hostedtest.HangUp(w)
 			return
 		}
 		browsertest.WriteJSON(w, 201, b)
@@ -133,7 +134,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				browsertest.WriteJSON(w, 422, map[string]any{"detail": bad})
 				return
 			}
-			if browsertest.Take(&f.FailDeletes) {
+			if hostedtest.Take(&f.FailDeletes) {
 				browsertest.WriteJSON(w, 500, map[string]any{"detail": "Internal Server Error"})
 				return
 			}
