@@ -363,7 +363,7 @@ func TestErrors(t *testing.T) {
 	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
 		t.Errorf("after an invalid pod: %v %v, want its policy removed", ms, err)
 	}
-	f.refuse = true
+	f.Refuse = true
 	if _, err := k.List(t.Context()); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("List with a refused token = %v", err)
 	}
