@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
@@ -177,6 +178,27 @@ func (s *Stack) RequireNoShell(agent string) {
 		if code != http.StatusUnprocessableEntity || !strings.Contains(string(raw), supervisor.CodeBrowserSession) || !strings.Contains(string(raw), "not available on a browser session") {
 			s.t.Errorf("%s: %d %s, want 422 %s", c.tool, code, raw, supervisor.CodeBrowserSession)
 		}
+	}
+}
+
+// CheckSession checks agent's running session v end to end: the Go
+// client (and so berth mcp) starts the same session with the same browser
+// URLs, the browser behind its CDP URL drives a page on loopback, exec and
+// the file tools are refused, and a stop answers 200.
+func (s *Stack) CheckSession(agent string, v supervisor.SessionView) {
+	s.t.Helper()
+	cl, err := api.New(s.URL, Operator)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	again, err := cl.Start(s.t.Context(), agent)
+	if err != nil || again.ID != v.ID || again.Browser == nil || again.Browser.CDPURL != v.Browser.CDPURL || again.Browser.LiveViewURL != v.Browser.LiveViewURL {
+		s.t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
+	}
+	Drive(s.t, v.Browser.CDPURL)
+	s.RequireNoShell(agent)
+	if code, raw := s.Call("POST", "/v1/agents/"+agent+"/computer/stop", nil); code != http.StatusOK {
+		s.t.Fatalf("stop: %d %s", code, raw)
 	}
 }
 

@@ -1,12 +1,16 @@
 // Package hostedtest holds what the hosted providers' tests and benchmarks
 // share: the provider-level cycle benchmark, measured against a baseline
-// in the same run, and the check of what `berth providers` shows.
+// in the same run, the bad days of their hand-written fake APIs (Faults),
+// and the checks of what `berth providers` shows (which the docker, local
+// and tunnel providers' tests use too).
 package hostedtest
 
 import (
 	"context"
 	"crypto/rand"
+	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,10 +104,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // what is shown) when secret is true.
 func RequireDescribed(t testing.TB, id, name string, secret bool) {
 	t.Helper()
-	d, ok := providers.DescriptionOf(id)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", id, d, ok)
-	}
+	d := Described(t, id)
 	for _, s := range append(slices.Clone(d.Settings), d.Credentials...) {
 		if s.Name == name {
 			if !s.Required || s.Help == "" || s.Secret != secret {
@@ -113,4 +114,72 @@ func RequireDescribed(t testing.TB, id, name string, secret bool) {
 		}
 	}
 	t.Errorf("%s is not described: %+v", name, d)
+}
+
+// Described returns what `berth providers` shows for provider id, failing
+// t unless it is described with a summary.
+func Described(t testing.TB, id string) providers.Description {
+	t.Helper()
+	d, ok := providers.DescriptionOf(id)
+	if !ok || d.Summary == "" {
+		t.Fatalf("DescriptionOf(%q) = %+v, %v", id, d, ok)
+	}
+	return d
+}
+
+// RequireSettingsRead fails t unless the settings d describes are exactly
+// those the provider's configuration read (each once or more, in any
+// order).
+func RequireSettingsRead(t testing.TB, d providers.Description, read []string) {
+	t.Helper()
+	read = slices.Clone(read)
+	slices.Sort(read)
+	read = slices.Compact(read)
+	var described []string
+	for _, s := range d.Settings {
+		described = append(described, s.Name)
+	}
+	slices.Sort(described)
+	if !slices.Equal(read, described) {
+		t.Errorf("described settings %v, want the ones read: %v", described, read)
+	}
+}
+
+// Faults are the bad days a hand-written fake API plays, and the lock it
+// serves under. A fake embeds it; its methods are the fake's
+// providertest.Faults.
+type Faults struct {
+	Mu sync.Mutex
+	// Refuse refuses every call's credentials while set.
+	Refuse bool
+	// RateLimit is how many of the next creates answer 429, LoseReplies
+	// how many run and then lose their answer, FailDeletes how many
+	// deletes fail and delete nothing.
+	RateLimit, LoseReplies, FailDeletes int
+}
+
+// LoseNextCreateReply makes the next create run and lose its answer.
+func (f *Faults) LoseNextCreateReply() { f.Mu.Lock(); f.LoseReplies++; f.Mu.Unlock() }
+
+// FailNextDeletes makes the next n deletes fail.
+func (f *Faults) FailNextDeletes(n int) { f.Mu.Lock(); f.FailDeletes += n; f.Mu.Unlock() }
+
+// RefuseCredentials refuses every call's credentials while on.
+func (f *Faults) RefuseCredentials(on bool) { f.Mu.Lock(); f.Refuse = on; f.Mu.Unlock() }
+
+// Take counts one off *n and reports whether there was one (with Mu held).
+func Take(n *int) bool {
+	if *n <= 0 {
+		return false
+	}
+	*n--
+	return true
+}
+
+// HangUp closes the request's connection without an answer, as a reply
+// lost on the way.
+func HangUp(w http.ResponseWriter) {
+	if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+		conn.Close()
+	}
 }

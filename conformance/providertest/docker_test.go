@@ -25,10 +25,7 @@ const dockerImage = "berth/test:latest"
 func engine(t *testing.T) (*client.Client, string) {
 	t.Helper()
 	testkit.RequireDocker(t, dockerImage)
-	host := os.Getenv(docker.SettingSocket)
-	if host == "" {
-		host = docker.DefaultSocket
-	}
+	host := dockerHost()
 	cli, err := client.New(client.WithHost(host))
 	if err != nil {
 		t.Fatal(err)
@@ -37,18 +34,66 @@ func engine(t *testing.T) (*client.Client, string) {
 	return cli, host
 }
 
-// recording remembers the computers a provider created, so that a
-// scenario's cleanup removes exactly those.
-type recording struct {
-	*docker.Docker
+// dockerHost is the engine the tests use: the docker provider's socket
+// setting, or its default.
+func dockerHost() string {
+	if host := os.Getenv(docker.SettingSocket); host != "" {
+		return host
+	}
+	return docker.DefaultSocket
+}
+
+// computers remembers the computers a provider was asked for, so that a
+// scenario's cleanup removes exactly those from the engine.
+type computers struct {
 	mu  sync.Mutex
 	ids []string
 }
 
+func (c *computers) add(id string) {
+	c.mu.Lock()
+	c.ids = append(c.ids, id)
+	c.mu.Unlock()
+}
+
+// removeFrom destroys the computers on d.
+func (c *computers) removeFrom(t providertest.T, d *docker.Docker) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range c.ids {
+		if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
+			t.Errorf("cleanup of computer %s: %v", id, err)
+		}
+	}
+}
+
+// engineExists asks the engine for a container or volume labelled
+// label=value.
+func engineExists(cli *client.Client) func(ctx context.Context, label, value string) (bool, error) {
+	return func(ctx context.Context, label, value string) (bool, error) {
+		f := make(client.Filters).Add("label", label+"="+value)
+		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			return false, err
+		}
+		vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			return false, err
+		}
+		return len(cs.Items)+len(vs.Items) > 0, nil
+	}
+}
+
+// recording is the docker provider, its computers remembered.
+type recording struct {
+	*docker.Docker
+	computers
+}
+
 func (r *recording) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
-	r.mu.Lock()
-	r.ids = append(r.ids, spec.ComputerID)
-	r.mu.Unlock()
+	r.add(spec.ComputerID)
 	return r.Docker.Create(ctx, spec)
 }
 
@@ -66,32 +111,10 @@ func TestDocker(t *testing.T) {
 			}
 			r := &recording{Docker: d}
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				for _, id := range r.ids {
-					if err := d.Destroy(ctx, docker.ContainerPrefix+id); err != nil {
-						t.Errorf("cleanup of computer %s: %v", id, err)
-					}
-				}
+				r.removeFrom(t, d)
 				d.Close()
 			})
-			return providertest.Target{
-				Provider: r,
-				Exists: func(ctx context.Context, label, value string) (bool, error) {
-					f := make(client.Filters).Add("label", label+"="+value)
-					cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-					if err != nil {
-						return false, err
-					}
-					vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-					if err != nil {
-						return false, err
-					}
-					return len(cs.Items)+len(vs.Items) > 0, nil
-				},
-			}
+			return providertest.Target{Provider: r, Exists: engineExists(cli)}
 		},
 	})
 }
@@ -103,10 +126,7 @@ var _ providers.Lister = (*recording)(nil)
 //
 //	go test ./providers/providertest -run '^$' -bench Cycle -benchtime 10x
 func BenchmarkCycleDocker(b *testing.B) {
-	host := os.Getenv(docker.SettingSocket)
-	if host == "" {
-		host = docker.DefaultSocket
-	}
+	host := dockerHost()
 	cli, err := client.New(client.WithHost(host))
 	if err != nil {
 		b.Fatal(err)

@@ -9,11 +9,8 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/agent/control"
 	"github.com/berthdev/berth/agent/lender"
@@ -25,36 +22,16 @@ import (
 	"github.com/berthdev/berth/relay/relayserver"
 )
 
-// recordingLocal remembers the computers the provider asked for, so that
-// a scenario's cleanup removes exactly those from the engine.
+// recordingLocal is the local provider, the computers it asked for
+// remembered.
 type recordingLocal struct {
 	*local.Local
-	mu  sync.Mutex
-	ids []string
+	computers
 }
 
 func (r *recordingLocal) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
-	r.mu.Lock()
-	r.ids = append(r.ids, spec.ComputerID)
-	r.mu.Unlock()
+	r.add(spec.ComputerID)
 	return r.Local.Create(ctx, spec)
-}
-
-// engineExists asks the engine for a container or volume labelled
-// label=value.
-func engineExists(cli *client.Client) func(ctx context.Context, label, value string) (bool, error) {
-	return func(ctx context.Context, label, value string) (bool, error) {
-		f := make(client.Filters).Add("label", label+"="+value)
-		cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-		if err != nil {
-			return false, err
-		}
-		vs, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-		if err != nil {
-			return false, err
-		}
-		return len(cs.Items)+len(vs.Items) > 0, nil
-	}
 }
 
 // TestLocal runs the suite against providers/local with a relay and a
@@ -113,15 +90,7 @@ func TestLocal(t *testing.T) {
 					return
 				}
 				defer d.Close()
-				cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
-				defer ccancel()
-				rec.mu.Lock()
-				defer rec.mu.Unlock()
-				for _, id := range rec.ids {
-					if err := d.Destroy(cctx, docker.ContainerPrefix+id); err != nil {
-						t.Errorf("cleanup of computer %s: %v", id, err)
-					}
-				}
+				rec.removeFrom(t, d)
 			})
 			select {
 			case <-ready:

@@ -214,26 +214,10 @@ func scenarioReconcile(t T, h Harness) {
 	e.connect("rec")
 	v := e.start("rec")
 	x := e.session(v.ID)
-	e.connect("left")
-	lv := e.start("left")
-	lx := e.session(lv.ID)
-	e.faults.FailNextDeletes(1)
-	var s supervisor.SessionView
-	e.must("POST", "/v1/agents/left/computer/stop", nil, http.StatusOK, &s)
-	if s.State != store.StateStopping {
-		t.Fatalf("stop with a failing delete: %s, want %s", s.State, store.StateStopping)
-	}
-	e.must("POST", "/v1/agents/left/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}, http.StatusOK, nil)
-	if !e.exists(providers.LabelAttempt, lx.AttemptID) {
-		t.Fatalf("the leftover machine is not on the backend")
-	}
+	lx := e.leaveLeftover("left")
 
 	svc := e.restart()
-	rep, err := svc.Reconcile(e.ctx)
-	if err != nil {
-		t.Fatalf("reconcile: %v", err)
-	}
-	t.Logf("reconcile: %+v", rep)
+	rep := e.reconcile(svc, "reconcile")
 	if h.Untagged {
 		if rep.Machines != 0 || rep.Destroyed != 0 || rep.Vanished != 0 {
 			t.Errorf("reconcile of a provider that cannot list: %+v, want nothing done", rep)
@@ -246,18 +230,58 @@ func scenarioReconcile(t T, h Harness) {
 			t.Errorf("the leftover machine is still on the backend after reconcile")
 		}
 	}
-	if !e.exists(providers.LabelAttempt, x.AttemptID) {
-		t.Fatalf("reconcile removed the machine of a running session")
-	}
-	r, err := svc.Exec(e.ctx, "rec", supervisor.ExecRequest{Command: "echo still here"})
-	if err != nil || r.Stdout != "still here\n" {
-		t.Errorf("exec through the restarted supervisor: %+v %v", r, err)
-	}
-	e.must("POST", "/v1/agents/rec/computer/stop", nil, http.StatusOK, nil)
-	if e.exists(providers.LabelAttempt, x.AttemptID) {
-		t.Errorf("the kept machine is still on the backend after stop")
-	}
+	e.checkKept(svc, "rec", x)
 	e.checkNoSecrets()
+}
+
+// leaveLeftover connects agent and starts a session whose delete then
+// fails and whose cleanup a person confirms too early, so that its machine
+// is left on the backend. It returns the session.
+func (e *env) leaveLeftover(agent string) store.Session {
+	e.t.Helper()
+	e.connect(agent)
+	lv := e.start(agent)
+	lx := e.session(lv.ID)
+	e.faults.FailNextDeletes(1)
+	var s supervisor.SessionView
+	e.must("POST", "/v1/agents/"+agent+"/computer/stop", nil, http.StatusOK, &s)
+	if s.State != store.StateStopping {
+		e.t.Fatalf("stop with a failing delete: %s, want %s", s.State, store.StateStopping)
+	}
+	e.must("POST", "/v1/agents/"+agent+"/computer/confirm-cleanup", map[string]any{"providerCleanupConfirmed": true}, http.StatusOK, nil)
+	if !e.exists(providers.LabelAttempt, lx.AttemptID) {
+		e.t.Fatalf("the leftover machine is not on the backend")
+	}
+	return lx
+}
+
+// reconcile runs svc's reconciliation and logs its report as what.
+func (e *env) reconcile(svc *supervisor.Service, what string) supervisor.ReconcileReport {
+	e.t.Helper()
+	rep, err := svc.Reconcile(e.ctx)
+	if err != nil {
+		e.t.Fatalf("reconcile: %v", err)
+	}
+	e.t.Logf("%s: %+v", what, rep)
+	return rep
+}
+
+// checkKept checks that reconciliation kept the machine of agent's
+// running session x, that it still serves through svc, and that a stop
+// removes it.
+func (e *env) checkKept(svc *supervisor.Service, agent string, x store.Session) {
+	e.t.Helper()
+	if !e.exists(providers.LabelAttempt, x.AttemptID) {
+		e.t.Fatalf("reconcile removed the machine of a running session")
+	}
+	r, err := svc.Exec(e.ctx, agent, supervisor.ExecRequest{Command: "echo still here"})
+	if err != nil || r.Stdout != "still here\n" {
+		e.t.Errorf("exec through the restarted supervisor: %+v %v", r, err)
+	}
+	e.must("POST", "/v1/agents/"+agent+"/computer/stop", nil, http.StatusOK, nil)
+	if e.exists(providers.LabelAttempt, x.AttemptID) {
+		e.t.Errorf("the kept machine is still on the backend after stop")
+	}
 }
 
 // scenarioSecrets runs a session through its ordinary and bad days and

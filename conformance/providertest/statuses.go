@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -103,4 +104,34 @@ func CreateOne[S any](t T, p providers.Provider, spec providers.Spec, all func()
 		t.Fatalf("the backend holds %d machines after one create, want 1", len(held))
 	}
 	return m, held[0]
+}
+
+// HostedSpec is the spec of the one computer a hosted provider's test
+// creates: computer c1 of agent ag, session s_c1, attempt a_1, deployment
+// d_1, computerd's token "tok", with creds. A test sets the image,
+// environment and lease it checks.
+func HostedSpec(creds map[string]string) providers.Spec {
+	return providers.Spec{
+		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
+		TokenHash: token.Hash("tok"), Credentials: creds,
+	}
+}
+
+// DestroyTwice destroys machine id through p with creds, failing t on an
+// error, and then again: a destroy of a machine already gone is no error.
+func DestroyTwice(t T, p providers.Provider, creds map[string]string, id string) {
+	t.Helper()
+	ctx := providers.WithCredentials(t.Context(), creds)
+	if err := p.Destroy(ctx, id); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if err := p.Destroy(ctx, id); err != nil {
+		t.Errorf("destroy of a machine already gone: %v, want nil", err)
+	}
+}
+
+// IdleClosed returns tr, its idle connections closed when t ends.
+func IdleClosed(t T, tr *http.Transport) *http.Transport {
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }

@@ -90,9 +90,9 @@ func TestErrors(t *testing.T) {
 	if _, err := b.Create(t.Context(), spec("wrong-key")); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-key") {
 		t.Errorf("bad key: %v", err)
 	}
-	f.mu.Lock()
-	f.rateLimit = 1
-	f.mu.Unlock()
+	f.Mu.Lock()
+	f.RateLimit = 1
+	f.Mu.Unlock()
 	if _, err := b.Create(t.Context(), spec(f.Key)); !errors.Is(err, providers.ErrCapacity) {
 		t.Errorf("429: %v", err)
 	}

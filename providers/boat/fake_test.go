@@ -30,10 +30,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 )
@@ -44,15 +44,11 @@ type fakeBoat struct {
 	Key string
 	vms *fake.Provider
 
-	mu          sync.Mutex
-	sandboxes   map[string]*fakeSandbox
-	byKey       map[string]string // Idempotency-Key -> sandbox id
-	refuse      bool
-	rateLimit   int
-	loseReplies int
-	failDeletes int
-	creates     int
-	lastCreate  map[string]any
+	hostedtest.Faults
+	sandboxes  map[string]*fakeSandbox
+	byKey      map[string]string // Idempotency-Key -> sandbox id
+	creates    int
+	lastCreate map[string]any
 }
 
 type fakeSandbox struct {
@@ -92,9 +88,9 @@ func (f *fakeBoat) json(w http.ResponseWriter, status int, v any) {
 }
 
 func (f *fakeBoat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse || r.Header.Get("Authorization") != "Bearer "+f.Key {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Refuse || r.Header.Get("Authorization") != "Bearer "+f.Key {
 		f.fail(w, 401, "unauthorized", "invalid API key")
 		return
 	}
@@ -141,8 +137,7 @@ func (f *fakeBoat) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.fail(w, 400, "confirmation_required", "send "+ConfirmHeader+" with the sandbox id")
 				return
 			}
-			if f.failDeletes > 0 {
-				f.failDeletes--
+			if hostedtest.Take(&f.FailDeletes) {
 				f.fail(w, 503, "unavailable", "try again")
 				return
 			}
@@ -186,8 +181,7 @@ func (f *fakeBoat) create(w http.ResponseWriter, r *http.Request) {
 		f.json(w, 200, map[string]any{"sandbox": f.sandboxes[id]})
 		return
 	}
-	if f.rateLimit > 0 {
-		f.rateLimit--
+	if hostedtest.Take(&f.RateLimit) {
 		f.fail(w, 429, "rate_limited", "too many sandboxes started")
 		return
 	}
@@ -202,11 +196,8 @@ func (f *fakeBoat) create(w http.ResponseWriter, r *http.Request) {
 	if k := r.Header.Get("Idempotency-Key"); k != "" {
 		f.byKey[k] = s.ID
 	}
-	if f.loseReplies > 0 {
-		f.loseReplies--
-		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			conn.Close()
-		}
+	if hostedtest.Take(&f.LoseReplies) {
+		hostedtest.HangUp(w)
 		return
 	}
 	f.json(w, 202, map[string]any{"sandbox": s})
@@ -284,8 +275,8 @@ func splitQuoted(s string) ([]string, error) {
 }
 
 func (f *fakeBoat) exists(ctx context.Context, label, value string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for _, s := range f.sandboxes {
 		if s.Metadata[label] == value {
 			return true, nil
@@ -293,8 +284,3 @@ func (f *fakeBoat) exists(ctx context.Context, label, value string) (bool, error
 	}
 	return false, nil
 }
-
-// Faults for providertest.
-func (f *fakeBoat) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeBoat) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeBoat) RefuseCredentials(on bool) { f.mu.Lock(); f.refuse = on; f.mu.Unlock() }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
@@ -22,19 +21,23 @@ func TestMain(m *testing.M) {
 
 var _ supervisor.BrowserSession = (*Browserbase)(nil)
 
+// newProvider is the provider against f, with o's other options.
+func newProvider(t testing.TB, f *fakeBrowserbase, o Options) *Browserbase {
+	t.Helper()
+	o.APIURL = f.srv.URL
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // newStack is a supervisor behind its REST API with this provider against
 // a fake Browserbase.
 func newStack(t *testing.T) (*browsertest.Stack, *fakeBrowserbase) {
 	t.Helper()
 	f := newFakeBrowserbase(t)
-	s := browsertest.NewStack(t, ID, func(log *slog.Logger) providers.Provider {
-		p, err := New(Options{APIURL: f.srv.URL, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	})
-	return s, f
+	return browsertest.NewStack(t, ID, func(log *slog.Logger) providers.Provider { return newProvider(t, f, Options{Logger: log}) }), f
 }
 
 // TestBrowserSession starts a session through the supervisor, drives the
@@ -62,21 +65,7 @@ func TestBrowserSession(t *testing.T) {
 		t.Errorf("CDP URL %q, want the session's connectUrl with its signing key", v.Browser.CDPURL)
 	}
 
-	// The Go client (and so berth mcp) carries the same URLs.
-	cl, err := api.New(s.URL, browsertest.Operator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := cl.Start(t.Context(), "bb")
-	if err != nil || again.ID != v.ID || again.Browser == nil || again.Browser.CDPURL != v.Browser.CDPURL || again.Browser.LiveViewURL != v.Browser.LiveViewURL {
-		t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
-	}
-
-	browsertest.Drive(t, v.Browser.CDPURL)
-	s.RequireNoShell("bb")
-	if code, raw := s.Call("POST", "/v1/agents/bb/computer/stop", nil); code != 200 {
-		t.Fatalf("stop: %d %s", code, raw)
-	}
+	s.CheckSession("bb", v)
 	if ok, _ := f.exists(t.Context(), providers.LabelAgent, "bb"); ok {
 		t.Errorf("the session still runs after stop")
 	}
@@ -134,10 +123,7 @@ func TestReconcile(t *testing.T) {
 // TestErrors maps Browserbase's answers.
 func TestErrors(t *testing.T) {
 	f := newFakeBrowserbase(t)
-	p, err := New(Options{APIURL: f.srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProvider(t, f, Options{})
 	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.Mu.Lock(); f.RateLimit = 1; f.Mu.Unlock() })
 }
 
@@ -146,7 +132,7 @@ func TestErrors(t *testing.T) {
 // until its timeout.
 func TestLiveViewFailure(t *testing.T) {
 	f := newFakeBrowserbase(t)
-	p, _ := New(Options{APIURL: f.srv.URL})
+	p := newProvider(t, f, Options{})
 	f.Mu.Lock()
 	f.failDebug = 1
 	f.Mu.Unlock()
@@ -166,11 +152,7 @@ func TestLiveViewFailure(t *testing.T) {
 func TestConformance(t *testing.T) {
 	browsertest.Conformance(t, ID, func(t *testing.T, log *slog.Logger) providertest.Target {
 		f := newFakeBrowserbase(t)
-		p, err := New(Options{APIURL: f.srv.URL, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
+		return providertest.Target{Provider: newProvider(t, f, Options{Logger: log}), Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
 	})
 }
 
@@ -181,10 +163,7 @@ func TestRecording(t *testing.T) {
 	f := newFakeBrowserbase(t)
 	spec := providers.Spec{ComputerID: "c", AgentID: "rec", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
 	for _, record := range []bool{false, true} {
-		p, err := New(Options{APIURL: f.srv.URL, RecordSessions: record})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := newProvider(t, f, Options{RecordSessions: record})
 		m, err := p.Create(t.Context(), spec)
 		if err != nil {
 			t.Fatalf("create (record %v): %v", record, err)
@@ -197,7 +176,7 @@ func TestRecording(t *testing.T) {
 		}
 	}
 
-	p, _ := New(Options{APIURL: f.srv.URL})
+	p := newProvider(t, f, Options{})
 	n := f.count()
 	f.Mu.Lock()
 	f.refuseCreate = "keepAlive is not available on this plan"

@@ -37,9 +37,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/berthdev/berth/conformance/browsertest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeBrowserbase struct {
@@ -71,17 +71,15 @@ type fakeSession struct {
 func newFakeBrowserbase(t testing.TB) *fakeBrowserbase {
 	browsertest.RequireChromium(t)
 	f := &fakeBrowserbase{t: t, Key: "bb_live_" + strings.ToLower(rand.Text()), sessions: map[string]*fakeSession{}}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(func() {
-		f.srv.Close()
-		f.Mu.Lock()
-		defer f.Mu.Unlock()
+	f.StopWhenDone(t, func() []*browsertest.Chromium {
+		var out []*browsertest.Chromium
 		for _, s := range f.sessions {
-			if s.browser != nil {
-				s.browser.Stop()
-			}
+			out = append(out, s.browser)
 		}
+		return out
 	})
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(f.srv.Close)
 	return f
 }
 
@@ -112,13 +110,11 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.refuseCreate = ""
 			return
 		}
-		if browsertest.Take(&f.RateLimit) {
+		if hostedtest.Take(&f.RateLimit) {
 			f.fail(w, 429, "concurrent session limit reached")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
-		defer cancel()
-		c, err := browsertest.StartChromium(ctx)
+		c, err := browsertest.StartChromiumFor(r)
 		if err != nil {
 			f.fail(w, 500, err.Error())
 			return
@@ -142,8 +138,8 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		f.sessions[s.ID] = s
-		if browsertest.Take(&f.LoseReplies) {
-			browsertest.HangUp(w)
+		if hostedtest.Take(&f.LoseReplies) {
+			hostedtest.HangUp(w)
 			return
 		}
 		browsertest.WriteJSON(w, 201, s)
@@ -175,7 +171,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case sub == "" && r.Method == "GET":
 			browsertest.WriteJSON(w, 200, s)
 		case sub == "debug" && r.Method == "GET":
-			if browsertest.Take(&f.failDebug) {
+			if hostedtest.Take(&f.failDebug) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}
@@ -192,7 +188,7 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.fail(w, 400, bad)
 				return
 			}
-			if browsertest.Take(&f.FailDeletes) {
+			if hostedtest.Take(&f.FailDeletes) {
 				f.fail(w, 500, "Internal Server Error")
 				return
 			}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
@@ -22,19 +21,23 @@ func TestMain(m *testing.M) {
 
 var _ supervisor.BrowserSession = (*BrowserUse)(nil)
 
+// newProvider is the provider against f, with o's other options.
+func newProvider(t testing.TB, f *fakeBrowserUse, o Options) *BrowserUse {
+	t.Helper()
+	o.APIURL = f.srv.URL + "/api/v3"
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // newStack is a supervisor behind its REST API with this provider against
 // a fake Browser Use.
 func newStack(t *testing.T) (*browsertest.Stack, *fakeBrowserUse) {
 	t.Helper()
 	f := newFakeBrowserUse(t)
-	s := browsertest.NewStack(t, ID, func(log *slog.Logger) providers.Provider {
-		p, err := New(Options{APIURL: f.srv.URL + "/api/v3", Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	})
-	return s, f
+	return browsertest.NewStack(t, ID, func(log *slog.Logger) providers.Provider { return newProvider(t, f, Options{Logger: log}) }), f
 }
 
 // TestBrowserSession starts a session through the supervisor, drives the
@@ -52,21 +55,7 @@ func TestBrowserSession(t *testing.T) {
 		t.Errorf("create body %v: want the lease (300 s) as a 5-minute timeout", body)
 	}
 
-	// The Go client (and so berth mcp) carries the same URLs.
-	cl, err := api.New(s.URL, browsertest.Operator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := cl.Start(t.Context(), "bu")
-	if err != nil || again.ID != v.ID || again.Browser == nil || again.Browser.CDPURL != v.Browser.CDPURL || again.Browser.LiveViewURL != v.Browser.LiveViewURL {
-		t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
-	}
-
-	browsertest.Drive(t, v.Browser.CDPURL)
-	s.RequireNoShell("bu")
-	if code, raw := s.Call("POST", "/v1/agents/bu/computer/stop", nil); code != 200 {
-		t.Fatalf("stop: %d %s", code, raw)
-	}
+	s.CheckSession("bu", v)
 	if n := f.active(); n != 0 {
 		t.Errorf("%d browsers still run after stop", n)
 	}
@@ -98,10 +87,7 @@ func TestLostCreateReply(t *testing.T) {
 // TestErrors maps Browser Use's answers.
 func TestErrors(t *testing.T) {
 	f := newFakeBrowserUse(t)
-	p, err := New(Options{APIURL: f.srv.URL + "/api/v3"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := newProvider(t, f, Options{})
 	browsertest.Errors(t, p, p, CredAPIKey, f.Key, func() { f.Mu.Lock(); f.RateLimit = 1; f.Mu.Unlock() })
 }
 
@@ -109,11 +95,7 @@ func TestErrors(t *testing.T) {
 func TestConformance(t *testing.T) {
 	browsertest.Conformance(t, ID, func(t *testing.T, log *slog.Logger) providertest.Target {
 		f := newFakeBrowserUse(t)
-		p, err := New(Options{APIURL: f.srv.URL + "/api/v3", Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return providertest.Target{Provider: p, Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
+		return providertest.Target{Provider: newProvider(t, f, Options{Logger: log}), Credentials: map[string]string{CredAPIKey: f.Key}, Faults: f, Exists: f.exists}
 	})
 }
 
@@ -125,11 +107,7 @@ func TestProxy(t *testing.T) {
 	spec := providers.Spec{ComputerID: "c", Lease: 5 * time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
 	create := func(country string) (map[string]any, error) {
 		t.Helper()
-		p, err := New(Options{APIURL: f.srv.URL + "/api/v3", ProxyCountry: country})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = p.Create(t.Context(), spec)
+		_, err := newProvider(t, f, Options{ProxyCountry: country}).Create(t.Context(), spec)
 		f.Mu.Lock()
 		defer f.Mu.Unlock()
 		return f.lastCreate, err

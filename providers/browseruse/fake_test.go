@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/conformance/browsertest"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeBrowserUse struct {
@@ -62,17 +63,15 @@ type fakeBrowser struct {
 func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
 	browsertest.RequireChromium(t)
 	f := &fakeBrowserUse{t: t, Key: "bu_" + strings.ToLower(rand.Text()), browsers: map[string]*fakeBrowser{}, maxTimeout: 240}
-	f.srv = httptest.NewServer(f)
-	t.Cleanup(func() {
-		f.srv.Close()
-		f.Mu.Lock()
-		defer f.Mu.Unlock()
+	f.StopWhenDone(t, func() []*browsertest.Chromium {
+		var out []*browsertest.Chromium
 		for _, b := range f.browsers {
-			if b.chrome != nil {
-				b.chrome.Stop()
-			}
+			out = append(out, b.chrome)
 		}
+		return out
 	})
+	f.srv = httptest.NewServer(f)
+	t.Cleanup(f.srv.Close)
 	return f
 }
 
@@ -93,7 +92,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			browsertest.WriteJSON(w, 422, map[string]any{"detail": bad})
 			return
 		}
-		if browsertest.Take(&f.RateLimit) {
+		if hostedtest.Take(&f.RateLimit) {
 			browsertest.WriteJSON(w, 429, map[string]any{"detail": "Too many concurrent active sessions."})
 			return
 		}
@@ -105,9 +104,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			browsertest.WriteJSON(w, 403, map[string]any{"detail": "Maximum session timeout exceeded."})
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
-		defer cancel()
-		c, err := browsertest.StartChromium(ctx)
+		c, err := browsertest.StartChromiumFor(r)
 		if err != nil {
 			browsertest.WriteJSON(w, 500, map[string]any{"detail": err.Error()})
 			return
@@ -116,8 +113,8 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.HTTP, LiveURL: f.srv.URL + "/live/" + id,
 			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
 		f.browsers[id] = b
-		if browsertest.Take(&f.LoseReplies) {
-			browsertest.HangUp(w)
+		if hostedtest.Take(&f.LoseReplies) {
+			hostedtest.HangUp(w)
 			return
 		}
 		browsertest.WriteJSON(w, 201, b)
@@ -137,7 +134,7 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				browsertest.WriteJSON(w, 422, map[string]any{"detail": bad})
 				return
 			}
-			if browsertest.Take(&f.FailDeletes) {
+			if hostedtest.Take(&f.FailDeletes) {
 				browsertest.WriteJSON(w, 500, map[string]any{"detail": "Internal Server Error"})
 				return
 			}

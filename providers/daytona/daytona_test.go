@@ -15,7 +15,6 @@ import (
 	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/daytona"
 	"github.com/berthdev/berth/providers/daytona/daytonafake"
@@ -37,8 +36,7 @@ func newFake(t providertest.T, log *slog.Logger) (*daytonafake.Fake, *daytona.Da
 		daytonafake.Snapshot{Name: headless, Entrypoint: imageEntrypoint(t, "headless")},
 		daytonafake.Snapshot{Name: desktop, Entrypoint: imageEntrypoint(t, "desktop")})
 	f.Organization = org
-	tr := f.Transport()
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := providertest.IdleClosed(t, f.Transport())
 	p, err := daytona.New(daytona.Options{
 		APIURL: f.URL, HeadlessSnapshot: headless, DesktopSnapshot: desktop,
 		Transport: tr, PollInterval: time.Millisecond, Logger: log,
@@ -86,11 +84,10 @@ var harness = providertest.Harness{
 }
 
 func spec(creds map[string]string) providers.Spec {
-	return providers.Spec{
-		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b", "HTTPS_PROXY": "http://c1:pw@172.17.0.1:3128"},
-		Lease: 10 * time.Minute, Credentials: creds,
-	}
+	s := providertest.HostedSpec(creds)
+	s.Image, s.Lease = providers.ImageHeadless, 10*time.Minute
+	s.Env = map[string]string{"A": "b", "HTTPS_PROXY": "http://c1:pw@172.17.0.1:3128"}
+	return s
 }
 
 // TestCreateRequest checks the sandbox a create asks for and the preview
@@ -119,15 +116,9 @@ func TestCreateRequest(t *testing.T) {
 			t.Errorf("%s %s without the key or the organization header", r.Method, r.Path)
 		}
 	}
-	ctx := providers.WithCredentials(t.Context(), creds)
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Fatal(err)
-	}
+	providertest.DestroyTwice(t, p, creds, m.ID)
 	if len(f.Sandboxes()) != 0 {
 		t.Error("sandbox left after Destroy")
-	}
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Errorf("destroy of a sandbox already gone: %v", err)
 	}
 }
 
@@ -210,8 +201,7 @@ func TestSnapshotWithoutEntrypoint(t *testing.T) {
 	}
 	key := "dtn_cmd_only_secret"
 	f := daytonafake.New(t, key, daytonafake.Snapshot{Name: headless}) // an image with only a CMD
-	tr := f.Transport()
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := providertest.IdleClosed(t, f.Transport())
 	p, err := daytona.New(daytona.Options{APIURL: f.URL, HeadlessSnapshot: headless, DesktopSnapshot: desktop, Transport: tr, PollInterval: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -2,9 +2,9 @@ package docker
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 
+	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -12,10 +12,7 @@ import (
 // setting OptionsFromConfig reads and no other, no credentials, and
 // defaults that configure the provider exactly as leaving them unset does.
 func TestDescribed(t *testing.T) {
-	d, ok := providers.DescriptionOf(ID)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", ID, d, ok)
-	}
+	d := hostedtest.Described(t, ID)
 	if len(d.Credentials) != 0 {
 		t.Errorf("credentials %+v: the docker provider takes none", d.Credentials)
 	}
@@ -28,20 +25,13 @@ func TestDescribed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defaults := map[string]string{}
-	var described []string
 	for _, s := range d.Settings {
 		if s.Help == "" || s.Required || s.Secret {
 			t.Errorf("%s: %+v, want optional, not secret, with help", s.Name, s)
 		}
-		described = append(described, s.Name)
 		defaults[s.Name] = s.Default
 	}
-	slices.Sort(read)
-	read = slices.Compact(read)
-	slices.Sort(described)
-	if !slices.Equal(read, described) {
-		t.Errorf("described settings %v, want the ones read: %v", described, read)
-	}
+	hostedtest.RequireSettingsRead(t, d, read)
 	byDefaults, err := OptionsFromConfig(providers.Config{Getenv: func(k string) string { return defaults[k] }})
 	if err != nil {
 		t.Fatalf("the described defaults do not configure the provider: %v", err)

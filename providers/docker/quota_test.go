@@ -16,7 +16,33 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/providers"
 )
+
+// diskComputer is a computer with a 32 MiB disk on a provider of its own.
+type diskComputer struct {
+	ctx  context.Context // the test's
+	d    *Docker
+	root string // the engine's root folder
+	spec providers.Spec
+	m    providers.Machine
+	// dev, uuid and file are the disk's loop device, filesystem UUID and
+	// backing file.
+	dev, uuid, file string
+}
+
+// newDiskComputer starts a diskComputer on the engine's host, or skips the
+// test.
+func newDiskComputer(t *testing.T) diskComputer {
+	t.Helper()
+	c := diskComputer{ctx: testContext(t, 2*time.Minute)}
+	c.d = newTestDocker(t, c.ctx, Options{DiskMB: 32})
+	c.root = hostDocker(t, c.ctx, c.d)
+	c.spec = testSpec(t)
+	c.m = create(t, c.ctx, c.d, c.spec)
+	c.dev, c.uuid, c.file = diskOf(t, c.ctx, c.d, c.root, c.spec.ComputerID)
+	return c
+}
 
 // hostDocker returns the engine's root folder when the test runs on the
 // engine's host (so that it can look at its disk and loop devices), or
@@ -252,12 +278,8 @@ func TestCollectorReleasesDisks(t *testing.T) {
 // TestDiskKeptOnRetry: making the home of the same attempt again (a create
 // retried) keeps its filesystem and loop device, which the home names.
 func TestDiskKeptOnRetry(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	d := newTestDocker(t, ctx, Options{DiskMB: 32})
-	root := hostDocker(t, ctx, d)
-	spec := testSpec(t)
-	m := create(t, ctx, d, spec)
-	dev, uuid, _ := diskOf(t, ctx, d, root, spec.ComputerID)
+	c := newDiskComputer(t)
+	ctx, d, root, spec, m, dev, uuid := c.ctx, c.d, c.root, c.spec, c.m, c.dev, c.uuid
 	mustRun(t, ctx, d, m.ID, "echo kept > /home/berth/note")
 
 	v, err := d.cli.VolumeInspect(ctx, namesOf(spec.ComputerID).volume, client.VolumeInspectOptions{})
@@ -278,12 +300,8 @@ func TestDiskKeptOnRetry(t *testing.T) {
 // TestCollectorRemoveVolume: removing a computer's volumes one by one, as a
 // lending agent's cleanup does, releases the disk too.
 func TestCollectorRemoveVolume(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	d := newTestDocker(t, ctx, Options{DiskMB: 32})
-	root := hostDocker(t, ctx, d)
-	spec := testSpec(t)
-	m := create(t, ctx, d, spec)
-	_, uuid, file := diskOf(t, ctx, d, root, spec.ComputerID)
+	c := newDiskComputer(t)
+	ctx, d, spec, m, uuid, file := c.ctx, c.d, c.spec, c.m, c.uuid, c.file
 	if _, err := d.cli.ContainerRemove(ctx, m.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -304,12 +322,8 @@ func TestCollectorRemoveVolume(t *testing.T) {
 // killed while it ran (its container outlives it) holds the disk volume;
 // Destroy removes it and still releases the disk.
 func TestDestroyRemovesLeftHelper(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	d := newTestDocker(t, ctx, Options{DiskMB: 32})
-	root := hostDocker(t, ctx, d)
-	spec := testSpec(t)
-	m := create(t, ctx, d, spec)
-	_, uuid, file := diskOf(t, ctx, d, root, spec.ComputerID)
+	c := newDiskComputer(t)
+	ctx, d, spec, m, uuid, file := c.ctx, c.d, c.spec, c.m, c.uuid, c.file
 	left, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:      testImage,

@@ -12,7 +12,6 @@ import (
 	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
 	"github.com/berthdev/berth/providers/e2b/e2bfake"
@@ -31,8 +30,7 @@ const (
 func newFake(t providertest.T, log *slog.Logger) (*e2bfake.Fake, *e2b.Provider, string) {
 	key := fmt.Sprintf("e2b_%d_secret", time.Now().UnixNano())
 	f := e2bfake.New(t, key, headless, desktop)
-	tr := f.Transport()
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := providertest.IdleClosed(t, f.Transport())
 	p, err := e2b.New(e2b.Options{
 		APIURL: f.URL, Domain: e2bfake.Domain, Scheme: "http",
 		HeadlessTemplate: headless, DesktopTemplate: desktop,
@@ -63,12 +61,10 @@ var harness = providertest.Harness{
 }
 
 func testSpec(key string) providers.Spec {
-	return providers.Spec{
-		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		Image: providers.ImageHeadless, TokenHash: token.Hash("tok"),
-		Env:   map[string]string{"TURN_PUBLIC_HOST": "turn.example", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128", "https_proxy": "http://c1:pw@172.17.0.1:3128"},
-		Lease: 5 * time.Minute, Credentials: map[string]string{e2b.CredAPIKey: key},
-	}
+	s := providertest.HostedSpec(map[string]string{e2b.CredAPIKey: key})
+	s.Image, s.Lease = providers.ImageHeadless, 5*time.Minute
+	s.Env = map[string]string{"TURN_PUBLIC_HOST": "turn.example", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128", "https_proxy": "http://c1:pw@172.17.0.1:3128"}
+	return s
 }
 
 // TestCreateRequest checks what a create sends: the template, the lease
@@ -111,13 +107,7 @@ func TestCreateRequest(t *testing.T) {
 	if _, err := bare.Processes(t.Context()); err == nil {
 		t.Error("the port URL answered without the traffic token")
 	}
-	ctx := providers.WithCredentials(t.Context(), spec.Credentials)
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Errorf("destroy of a sandbox already gone: %v, want nil", err)
-	}
+	providertest.DestroyTwice(t, p, spec.Credentials, m.ID)
 }
 
 // TestErrors checks the mapping of the API's bad days.

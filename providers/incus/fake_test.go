@@ -33,12 +33,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeIncus struct {
@@ -46,13 +46,10 @@ type fakeIncus struct {
 	Socket string
 	srv    *http.Server
 
-	mu          sync.Mutex
+	hostedtest.Faults
 	instances   map[string]*fakeInstance
 	ops         map[string]string // id -> error ("" success)
-	untrusted   bool
 	failCreates int
-	loseReplies int
-	failDeletes int
 	creates     int
 }
 
@@ -88,13 +85,13 @@ func newFakeIncus(t testing.TB) *fakeIncus {
 	go f.srv.Serve(ln)
 	t.Cleanup(func() {
 		f.srv.Close()
-		f.mu.Lock()
+		f.Mu.Lock()
 		for _, in := range f.instances {
 			if in.srv != nil {
 				in.srv.Close()
 			}
 		}
-		f.mu.Unlock()
+		f.Mu.Unlock()
 		removeAll(dir)
 	})
 	return f
@@ -123,9 +120,9 @@ func (f *fakeIncus) async(w http.ResponseWriter, errMsg string) {
 }
 
 func (f *fakeIncus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.untrusted {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Refuse {
 		f.fail(w, 403, "not authorized")
 		return
 	}
@@ -193,8 +190,7 @@ func (f *fakeIncus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			in.Status = "Stopped"
 			f.async(w, "")
 		case sub == "" && r.Method == "DELETE":
-			if f.failDeletes > 0 {
-				f.failDeletes--
+			if hostedtest.Take(&f.FailDeletes) {
 				f.fail(w, 500, "Failed deleting instance: storage busy")
 				return
 			}
@@ -252,12 +248,8 @@ func (f *fakeIncus) create(w http.ResponseWriter, r *http.Request, project strin
 		}
 	}
 	f.instances[body.Name] = in
-	if f.loseReplies > 0 {
-		f.loseReplies--
-		hj, _ := w.(http.Hijacker)
-		if conn, _, err := hj.Hijack(); err == nil {
-			conn.Close()
-		}
+	if hostedtest.Take(&f.LoseReplies) {
+		hostedtest.HangUp(w)
 		return
 	}
 	f.async(w, "")
@@ -300,8 +292,8 @@ func (f *fakeIncus) start(in *fakeInstance) error {
 }
 
 func (f *fakeIncus) exists(ctx context.Context, label, value string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for _, in := range f.instances {
 		if in.Config[configKey(label)] == value {
 			return true, nil
@@ -309,8 +301,3 @@ func (f *fakeIncus) exists(ctx context.Context, label, value string) (bool, erro
 	}
 	return false, nil
 }
-
-// Faults for providertest.
-func (f *fakeIncus) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeIncus) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeIncus) RefuseCredentials(on bool) { f.mu.Lock(); f.untrusted = on; f.mu.Unlock() }

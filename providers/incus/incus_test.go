@@ -83,11 +83,11 @@ func TestCreateConfig(t *testing.T) {
 func TestErrors(t *testing.T) {
 	f := newFakeIncus(t)
 	p := newTest(t, f, nil)
-	f.untrusted = true
+	f.Refuse = true
 	if _, err := p.Create(t.Context(), spec()); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("untrusted: %v", err)
 	}
-	f.untrusted = false
+	f.Refuse = false
 	f.failCreates = 1
 	if _, err := p.Create(t.Context(), spec()); !errors.Is(err, providers.ErrUnavailable) {
 		t.Errorf("503: %v", err)

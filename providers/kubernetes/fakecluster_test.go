@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,19 +33,17 @@ import (
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 type fakeCluster struct {
 	t  testing.TB
 	cs *fake.Clientset
 
-	mu          sync.Mutex
-	machines    map[string]*http.Server
-	refuse      bool
-	nextCreate  []error // errors the next pod creates answer
-	loseReplies int
-	failDeletes int
-	badImage    string // pods with this image never pull
+	hostedtest.Faults
+	machines   map[string]*http.Server
+	nextCreate []error // errors the next pod creates answer
+	badImage   string  // pods with this image never pull
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -61,9 +58,9 @@ func newFakeCluster(t testing.TB) *fakeCluster {
 }
 
 func (f *fakeCluster) auth(k8stesting.Action) (bool, runtime.Object, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	if f.Refuse {
 		return true, nil, apierrors.NewUnauthorized("Unauthorized")
 	}
 	return false, nil, nil
@@ -71,19 +68,16 @@ func (f *fakeCluster) auth(k8stesting.Action) (bool, runtime.Object, error) {
 
 func (f *fakeCluster) createPod(a k8stesting.Action) (bool, runtime.Object, error) {
 	pod := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod).DeepCopy()
-	f.mu.Lock()
+	f.Mu.Lock()
 	if len(f.nextCreate) > 0 {
 		err := f.nextCreate[0]
 		f.nextCreate = f.nextCreate[1:]
-		f.mu.Unlock()
+		f.Mu.Unlock()
 		return true, nil, err
 	}
-	lose := f.loseReplies > 0
-	if lose {
-		f.loseReplies--
-	}
+	lose := hostedtest.Take(&f.LoseReplies)
 	bad := f.badImage != "" && pod.Spec.Containers[0].Image == f.badImage
-	f.mu.Unlock()
+	f.Mu.Unlock()
 
 	pod.Status.Phase = corev1.PodPending
 	if bad {
@@ -108,15 +102,14 @@ func (f *fakeCluster) createPod(a k8stesting.Action) (bool, runtime.Object, erro
 
 func (f *fakeCluster) deletePod(a k8stesting.Action) (bool, runtime.Object, error) {
 	name := a.(k8stesting.DeleteAction).GetName()
-	f.mu.Lock()
-	if f.failDeletes > 0 {
-		f.failDeletes--
-		f.mu.Unlock()
+	f.Mu.Lock()
+	if hostedtest.Take(&f.FailDeletes) {
+		f.Mu.Unlock()
 		return true, nil, apierrors.NewServiceUnavailable("etcdserver: request timed out")
 	}
 	srv := f.machines[name]
 	delete(f.machines, name)
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	if srv != nil {
 		srv.Close()
 	}
@@ -163,9 +156,9 @@ func (f *fakeCluster) startComputer(pod *corev1.Pod) (string, error) {
 		srv.Close()
 		return "", fmt.Errorf("bind computerd: %w", err)
 	}
-	f.mu.Lock()
+	f.Mu.Lock()
 	f.machines[pod.Name] = srv
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	return ip, nil
 }
 
@@ -184,19 +177,10 @@ func (f *fakeCluster) exists(ctx context.Context, label, value string) (bool, er
 }
 
 func (f *fakeCluster) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for name, srv := range f.machines {
 		srv.Close()
 		delete(f.machines, name)
 	}
-}
-
-// Faults for providertest.
-func (f *fakeCluster) LoseNextCreateReply()  { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeCluster) FailNextDeletes(n int) { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeCluster) RefuseCredentials(on bool) {
-	f.mu.Lock()
-	f.refuse = on
-	f.mu.Unlock()
 }

@@ -363,7 +363,7 @@ func TestErrors(t *testing.T) {
 	if ms, err := k.List(t.Context()); err != nil || len(ms) != 0 {
 		t.Errorf("after an invalid pod: %v %v, want its policy removed", ms, err)
 	}
-	f.refuse = true
+	f.Refuse = true
 	if _, err := k.List(t.Context()); !errors.Is(err, providers.ErrBadCredentials) {
 		t.Errorf("List with a refused token = %v", err)
 	}
@@ -524,33 +524,31 @@ func TestCluster(t *testing.T) {
 			t.Errorf("exec through port-forward: %+v, want uid 1000 and no effective capabilities", res)
 		}
 	})
-	providertest.Run(t, providertest.Harness{
-		ID:           ID,
-		ReadyTimeout: 2 * time.Minute,
-		New: func(pt providertest.T, log *slog.Logger) providertest.Target {
-			o := o
-			o.Logger = log
-			k, err := New(o)
-			if err != nil {
-				pt.Fatalf("%v", err)
-			}
-			return providertest.Target{Provider: k, Exists: exists}
-		},
-	})
-	t.Run("PortForwardConformance", func(t *testing.T) {
-		providertest.Run(t, providertest.Harness{
+	// harness builds each scenario's provider with build, on o with the
+	// scenario's logger.
+	harness := func(build func(pt providertest.T, o Options) (providers.Provider, error)) providertest.Harness {
+		return providertest.Harness{
 			ID:           ID,
 			ReadyTimeout: 2 * time.Minute,
 			New: func(pt providertest.T, log *slog.Logger) providertest.Target {
 				o := o
 				o.Logger = log
-				pf, err := NewPortForwarding(o)
+				p, err := build(pt, o)
 				if err != nil {
 					pt.Fatalf("%v", err)
 				}
-				pt.Cleanup(pf.Close)
-				return providertest.Target{Provider: pf, Exists: exists}
+				return providertest.Target{Provider: p, Exists: exists}
 			},
-		})
+		}
+	}
+	providertest.Run(t, harness(func(_ providertest.T, o Options) (providers.Provider, error) { return New(o) }))
+	t.Run("PortForwardConformance", func(t *testing.T) {
+		providertest.Run(t, harness(func(pt providertest.T, o Options) (providers.Provider, error) {
+			pf, err := NewPortForwarding(o)
+			if err == nil {
+				pt.Cleanup(pf.Close)
+			}
+			return pf, err
+		}))
 	})
 }

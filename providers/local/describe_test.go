@@ -1,10 +1,10 @@
 package local
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -13,10 +13,7 @@ import (
 // required (the factory refuses to build without them) and its token
 // secret, and the optional lender credential.
 func TestDescribed(t *testing.T) {
-	d, ok := providers.DescriptionOf(ID)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", ID, d, ok)
-	}
+	d := hostedtest.Described(t, ID)
 	env := map[string]string{SettingRelayURL: "http://127.0.0.1:1", SettingRelayToken: "relay-token-0123456789"}
 	var read []string
 	if _, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
@@ -25,9 +22,7 @@ func TestDescribed(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	var described []string
 	for _, s := range d.Settings {
-		described = append(described, s.Name)
 		if s.Help == "" {
 			t.Errorf("%s has no help", s.Name)
 		}
@@ -38,12 +33,7 @@ func TestDescribed(t *testing.T) {
 			t.Errorf("%s: secret %v, want only the relay token secret", s.Name, s.Secret)
 		}
 	}
-	slices.Sort(read)
-	read = slices.Compact(read)
-	slices.Sort(described)
-	if !slices.Equal(read, described) {
-		t.Errorf("described settings %v, want the ones read: %v", described, read)
-	}
+	hostedtest.RequireSettingsRead(t, d, read)
 	for _, name := range d.Missing(func(string) string { return "" }) {
 		if _, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
 			if k == name {

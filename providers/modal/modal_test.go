@@ -15,7 +15,6 @@ import (
 	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/modal"
 	"github.com/berthdev/berth/providers/modal/modalfake"
@@ -34,8 +33,7 @@ func newFake(t providertest.T, log *slog.Logger) (*modalfake.Fake, *modal.Modal,
 	n := time.Now().UnixNano()
 	creds := map[string]string{modal.CredTokenID: fmt.Sprintf("ak-%d", n), modal.CredTokenSecret: fmt.Sprintf("as-%d-secret", n)}
 	f := modalfake.New(t, creds[modal.CredTokenID], creds[modal.CredTokenSecret], headless, desktop)
-	tr := f.Transport()
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := providertest.IdleClosed(t, f.Transport())
 	p, err := modal.New(modal.Options{ServerURL: f.URL, HeadlessImage: headless, DesktopImage: desktop, Scheme: "http", Transport: tr, Logger: log})
 	if err != nil {
 		t.Fatalf("modal.New: %v", err)
@@ -61,11 +59,10 @@ var harness = providertest.Harness{
 }
 
 func spec(creds map[string]string) providers.Spec {
-	return providers.Spec{
-		ComputerID: "c1", SessionID: "s_c1", AttemptID: "a_1", AgentID: "ag", Deployment: "d_1",
-		Image: providers.ImageDesktop, TokenHash: token.Hash("tok"), Env: map[string]string{"A": "b", "NO_PROXY": "", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128"},
-		Lease: 2 * time.Minute, Credentials: creds,
-	}
+	s := providertest.HostedSpec(creds)
+	s.Image, s.Lease = providers.ImageDesktop, 2*time.Minute
+	s.Env = map[string]string{"A": "b", "NO_PROXY": "", "HTTP_PROXY": "http://c1:pw@172.17.0.1:3128"}
+	return s
 }
 
 func TestCreateRequest(t *testing.T) {
@@ -105,13 +102,7 @@ func TestCreateRequest(t *testing.T) {
 			t.Errorf("no %s call (calls: %v)", want, methods)
 		}
 	}
-	ctx := providers.WithCredentials(t.Context(), creds)
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Destroy(ctx, m.ID); err != nil {
-		t.Errorf("terminate of a sandbox already gone: %v", err)
-	}
+	providertest.DestroyTwice(t, p, creds, m.ID)
 }
 
 func TestErrors(t *testing.T) {

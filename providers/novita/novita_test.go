@@ -32,9 +32,7 @@ func TestConformance(t *testing.T) {
 				"NOVITA_TEMPLATE_HEADLESS": "tpl-headless", "NOVITA_TEMPLATE_DESKTOP": "tpl-desktop",
 			}
 			o := e2b.OptionsFromConfig(novita.ID, novita.Settings, providers.Config{Getenv: func(k string) string { return env[k] }, Logger: log})
-			tr := f.Transport()
-			t.Cleanup(tr.CloseIdleConnections)
-			o.Transport, o.Scheme = tr, "http"
+			o.Transport, o.Scheme = providertest.IdleClosed(t, f.Transport()), "http"
 			p, err := e2b.New(o)
 			if err != nil {
 				t.Fatalf("provider: %v", err)

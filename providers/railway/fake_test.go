@@ -40,10 +40,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/conformance/hostedtest"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 )
@@ -56,16 +56,12 @@ type fakeRailway struct {
 	Env     string
 	vms     *fake.Provider
 
-	mu          sync.Mutex
-	services    map[string]*fakeService
-	refuse      bool
-	rateLimit   int
-	loseReplies int
-	failDeletes int
-	lastCreate  map[string]any
-	headers     http.Header
-	hosts       []string // the Host of each request
-	refused     []string // the messages of requests the schema refused
+	hostedtest.Faults
+	services   map[string]*fakeService
+	lastCreate map[string]any
+	headers    http.Header
+	hosts      []string // the Host of each request
+	refused    []string // the messages of requests the schema refused
 }
 
 type fakeService struct {
@@ -110,8 +106,8 @@ func (f *fakeRailway) creds(kind string) map[string]string {
 }
 
 func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	f.headers = r.Header.Clone()
 	f.hosts = append(f.hosts, r.Host)
 	w.Header().Set("Content-Type", "application/json")
@@ -132,7 +128,7 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tok == "" {
 		tok = r.Header.Get("Project-Access-Token")
 	}
-	if f.refuse || tok != f.Token {
+	if f.Refuse || tok != f.Token {
 		f.errors(w, "Not Authorized")
 		return
 	}
@@ -152,8 +148,7 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "serviceCreate":
 		in, _ := v["input"].(map[string]any)
 		f.lastCreate = in
-		if f.rateLimit > 0 {
-			f.rateLimit--
+		if hostedtest.Take(&f.RateLimit) {
 			w.WriteHeader(429)
 			json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"message": "Rate limit exceeded"}}})
 			return
@@ -170,11 +165,8 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		f.services[s.id] = s
-		if f.loseReplies > 0 {
-			f.loseReplies--
-			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-				conn.Close()
-			}
+		if hostedtest.Take(&f.LoseReplies) {
+			hostedtest.HangUp(w)
 			return
 		}
 		f.data(w, map[string]any{"serviceCreate": map[string]any{"id": s.id, "name": s.name}})
@@ -226,8 +218,7 @@ func (f *fakeRailway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.errors(w, "Service not found")
 			return
 		}
-		if f.failDeletes > 0 {
-			f.failDeletes--
+		if hostedtest.Take(&f.FailDeletes) {
 			f.errors(w, "Problem processing request")
 			return
 		}
@@ -292,14 +283,14 @@ func (f *fakeRailway) data(w http.ResponseWriter, d any) {
 
 // count returns how many services the project has.
 func (f *fakeRailway) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	return len(f.services)
 }
 
 func (f *fakeRailway) exists(ctx context.Context, label, value string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	for _, s := range f.services {
 		var l map[string]string
 		json.Unmarshal([]byte(s.vars[VarLabels]), &l)
@@ -309,8 +300,3 @@ func (f *fakeRailway) exists(ctx context.Context, label, value string) (bool, er
 	}
 	return false, nil
 }
-
-// Faults for providertest.
-func (f *fakeRailway) LoseNextCreateReply()      { f.mu.Lock(); f.loseReplies++; f.mu.Unlock() }
-func (f *fakeRailway) FailNextDeletes(n int)     { f.mu.Lock(); f.failDeletes += n; f.mu.Unlock() }
-func (f *fakeRailway) RefuseCredentials(on bool) { f.mu.Lock(); f.refuse = on; f.mu.Unlock() }

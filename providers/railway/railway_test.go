@@ -65,9 +65,9 @@ func TestServiceAndTokens(t *testing.T) {
 		if want := time.Now().Add(s.Lease + time.Minute); err != nil || expires.Before(want.Add(-time.Minute)) || expires.After(want.Add(time.Second)) {
 			t.Errorf("%s = %v (%v), want about %v", computerd.EnvExpiresAt, vars[computerd.EnvExpiresAt], err, want)
 		}
-		f.mu.Lock()
+		f.Mu.Lock()
 		policy := f.services[m.ID].restartPolicy
-		f.mu.Unlock()
+		f.Mu.Unlock()
 		if policy != "NEVER" {
 			t.Errorf("restart policy %q, want NEVER", policy)
 		}
@@ -91,8 +91,8 @@ func TestServiceAndTokens(t *testing.T) {
 			t.Errorf("destroy of a gone service: %v", err)
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	if len(f.refused) > 0 {
 		t.Errorf("Railway's schema refuses what the provider sent: %q", f.refused)
 	}
@@ -112,9 +112,9 @@ func TestErrors(t *testing.T) {
 	if _, err := r.Create(t.Context(), spec(bad)); !errors.Is(err, providers.ErrBadCredentials) || strings.Contains(err.Error(), "wrong-token-value") {
 		t.Errorf("bad token: %v", err)
 	}
-	f.mu.Lock()
-	f.rateLimit = 1
-	f.mu.Unlock()
+	f.Mu.Lock()
+	f.RateLimit = 1
+	f.Mu.Unlock()
 	if _, err := r.Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrCapacity) {
 		t.Errorf("429: %v", err)
 	}
@@ -171,9 +171,9 @@ func TestAPIHost(t *testing.T) {
 	if _, err := r.Create(t.Context(), spec(f.creds(""))); !errors.Is(err, providers.ErrUnavailable) || !strings.Contains(err.Error(), SettingAPIURL) {
 		t.Errorf("create through %s: %v, want an outage naming %s", oldAPIHost, err, SettingAPIURL)
 	}
-	f.mu.Lock()
+	f.Mu.Lock()
 	hosts := f.hosts
-	f.mu.Unlock()
+	f.Mu.Unlock()
 	if len(hosts) == 0 || hosts[0] != oldAPIHost || f.count() != 0 {
 		t.Errorf("the fake saw %v and holds %d services, want one refused request to %s", hosts, f.count(), oldAPIHost)
 	}

@@ -4,17 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/conformance/hostedtest"
 )
 
 // TestDescribed checks what `berth providers` shows for tunnel: no
 // settings, and exactly the credentials CheckCredentials requires, the
 // token secret.
 func TestDescribed(t *testing.T) {
-	d, ok := providers.DescriptionOf(ID)
-	if !ok || d.Summary == "" {
-		t.Fatalf("DescriptionOf(%q) = %+v, %v", ID, d, ok)
-	}
+	d := hostedtest.Described(t, ID)
 	if len(d.Settings) != 0 {
 		t.Errorf("settings %+v: the tunnel provider reads none", d.Settings)
 	}

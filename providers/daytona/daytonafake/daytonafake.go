@@ -247,11 +247,22 @@ func (f *Fake) get(w http.ResponseWriter, r *http.Request) {
 		dto = f.dto(*s)
 		return false
 	})
+	writeSandbox(w, r, dto)
+}
+
+// writeSandbox answers a sandbox's dto, or 404 when there is no such
+// sandbox (dto is nil).
+func writeSandbox(w http.ResponseWriter, r *http.Request, dto map[string]any) {
 	if dto == nil {
-		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
+		notFound(w, r)
 		return
 	}
 	fakeapi.WriteJSON(w, http.StatusOK, dto)
+}
+
+// notFound answers 404 for the sandbox the request names, as Daytona does.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
 }
 
 func (f *Fake) list(w http.ResponseWriter, r *http.Request) {
@@ -292,11 +303,7 @@ func (f *Fake) delete(w http.ResponseWriter, r *http.Request) {
 		}
 		return false
 	})
-	if dto == nil {
-		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
-		return
-	}
-	fakeapi.WriteJSON(w, http.StatusOK, dto)
+	writeSandbox(w, r, dto)
 }
 
 func (f *Fake) preview(w http.ResponseWriter, r *http.Request) {
@@ -307,7 +314,7 @@ func (f *Fake) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	s, ok := f.sandboxes.Get(r.PathValue("id"))
 	if !ok {
-		writeError(w, r, http.StatusNotFound, fmt.Sprintf("Sandbox with ID or name %s not found", r.PathValue("id")))
+		notFound(w, r)
 		return
 	}
 	fakeapi.WriteJSON(w, http.StatusOK, map[string]any{
