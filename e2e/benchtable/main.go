@@ -84,6 +84,7 @@ var targets = map[string]target{
 	"e2e BenchmarkWarmStart warm-start-to-exec-ms":             atMost(40, "ms (p50 over 50 starts)"),
 	"e2e BenchmarkColdStart start-to-exec-ms":                  ratioAtMost(1.15),
 	"e2e BenchmarkWake wake-to-exec-ms":                        atMost(500, "ms (p50, 100 MB home)"),
+	"e2e BenchmarkWarmWake warm-wake-to-exec-ms":               atMost(500, "ms (p50, 100 MB home)"),
 	"apiserver BenchmarkSleep1GiB sleep-MB/s":                  atLeast(300, "MB/s"),
 	"apiserver BenchmarkSleep1GiB sleep-s":                     ratioAtMost(1.5),
 	"apiserver BenchmarkCheckpointExec checkpoint-exec-p50-ms": ratioAtMost(2),
