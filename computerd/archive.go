@@ -25,6 +25,10 @@ package computerd
 // the answer began. The client hashes what it receives and fails the call
 // when the trailer is missing, reports an error, or disagrees. A stream
 // cut short also fails to restore: its zstd frame or tar end is missing.
+// Proxies on the way to a hosted computer may drop trailers, so the answer
+// also names the archive (ArchiveIDHeader), and GET ArchiveOutcomePath
+// with ?id= gives the same outcome once the stream has ended (computerd
+// keeps the last few): the client asks for it when no trailer came.
 //
 // Restoring (PUT /v1/archive, the stream as the body) replaces the home's
 // contents with the archive's, or changes nothing: the archive is unpacked
@@ -72,7 +76,21 @@ const (
 	// ArchiveErrorTrailer is the trailer of an archive that failed after
 	// its answer began: an Error as JSON. The stream before it is partial.
 	ArchiveErrorTrailer = "Berth-Archive-Error"
+	// ArchiveIDHeader names an archive answer, for ArchiveOutcomePath.
+	ArchiveIDHeader = "Berth-Archive-Id"
 )
+
+// ArchiveOutcomePath answers (GET, ?id=) an ArchiveOutcome for one of the
+// last archives computerd streamed; 404 for one it does not know or that
+// has not ended.
+const ArchiveOutcomePath = "/v1/archive/outcome"
+
+// ArchiveOutcome is how an archive stream ended: Info for a complete one,
+// Error for one that failed after its answer began.
+type ArchiveOutcome struct {
+	Info  *ArchiveInfo `json:"info,omitempty"`
+	Error *Error       `json:"error,omitempty"`
+}
 
 // Restore limits.
 const (

@@ -71,14 +71,30 @@ func (c *Client) Archive(ctx context.Context, w io.Writer) (ArchiveInfo, error) 
 		}
 		return got, &APIError{Code: e.Code, Message: e.Message}
 	}
-	t := resp.Trailer.Get(ArchiveInfoTrailer)
-	if t == "" {
-		return got, fmt.Errorf("computerd %s %s: the stream of %d bytes ended without its trailer %s (a proxy on the way may drop HTTP trailers): %w",
-			method, path, n, ArchiveInfoTrailer, ErrArchiveIncomplete)
-	}
 	var info ArchiveInfo
-	if err := json.Unmarshal([]byte(t), &info); err != nil {
-		return got, fmt.Errorf("computerd %s %s: trailer %s: %v: %w", method, path, ArchiveInfoTrailer, err, ErrArchiveIncomplete)
+	if t := resp.Trailer.Get(ArchiveInfoTrailer); t != "" {
+		if err := json.Unmarshal([]byte(t), &info); err != nil {
+			return got, fmt.Errorf("computerd %s %s: trailer %s: %v: %w", method, path, ArchiveInfoTrailer, err, ErrArchiveIncomplete)
+		}
+	} else {
+		// No trailer: a proxy on the way may have dropped it. Ask.
+		id := resp.Header.Get(ArchiveIDHeader)
+		if id == "" {
+			return got, fmt.Errorf("computerd %s %s: the stream of %d bytes ended without its trailer %s and names no archive to ask about: %w",
+				method, path, n, ArchiveInfoTrailer, ErrArchiveIncomplete)
+		}
+		out, err := c.archiveOutcome(wd.ctx, id)
+		if err != nil {
+			return got, wd.explain(fmt.Errorf("computerd %s %s: the stream of %d bytes ended without its trailer, and asking how it ended failed: %w (%w)",
+				method, path, n, err, ErrArchiveIncomplete))
+		}
+		if out.Error != nil {
+			return got, &APIError{Code: out.Error.Code, Message: out.Error.Message}
+		}
+		if out.Info == nil {
+			return got, fmt.Errorf("computerd %s %s: archive %s has no outcome: %w", method, path, id, ErrArchiveIncomplete)
+		}
+		info = *out.Info
 	}
 	if info.Bytes != got.Bytes || !strings.EqualFold(info.SHA256, got.SHA256) {
 		return got, fmt.Errorf("computerd %s %s: received %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
@@ -119,4 +135,14 @@ func (c *Client) Restore(ctx context.Context, r io.Reader, opts RestoreOptions) 
 		err = decodeAnswer(resp, &res, controlAnswerBytes)
 	}
 	return res, wd.explain(err)
+}
+
+// archiveOutcome asks computerd how the archive id ended.
+func (c *Client) archiveOutcome(ctx context.Context, id string) (ArchiveOutcome, error) {
+	var out ArchiveOutcome
+	resp, err := c.send(ctx, http.MethodGet, ArchiveOutcomePath, url.Values{"id": {id}}, nil, "")
+	if err == nil {
+		err = decodeAnswer(resp, &out, controlAnswerBytes)
+	}
+	return out, err
 }

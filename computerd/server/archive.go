@@ -3,6 +3,7 @@ package server
 import (
 	"archive/tar"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,9 +59,11 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) error {
 		return badRequest("the home %s is not a folder", home)
 	}
 
+	id := rand.Text()
 	h := w.Header()
 	h.Set("Content-Type", computerd.ArchiveContentType)
 	h.Set(computerd.ArchiveFormatHeader, computerd.ArchiveFormat)
+	h.Set(computerd.ArchiveIDHeader, id)
 	h.Set("Trailer", computerd.ArchiveInfoTrailer+", "+computerd.ArchiveErrorTrailer)
 	w.WriteHeader(http.StatusOK)
 
@@ -73,6 +77,7 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) error {
 		s.log.Warn("archive failed", "home", home, "sent", hw.n, "err", err)
 		b, _ := json.Marshal(ae)
 		h.Set(computerd.ArchiveErrorTrailer, string(b))
+		s.outcomes.add(id, computerd.ArchiveOutcome{Error: &computerd.Error{Code: ae.Code, Message: ae.Message}})
 		return nil
 	}
 	info.Format = computerd.ArchiveFormat
@@ -80,8 +85,52 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) error {
 	info.DurationMs = time.Since(start).Milliseconds()
 	b, _ := json.Marshal(info)
 	h.Set(computerd.ArchiveInfoTrailer, string(b))
+	s.outcomes.add(id, computerd.ArchiveOutcome{Info: &info})
 	s.log.Info("archived the home", "bytes", info.Bytes, "entries", info.Entries, "dataBytes", info.DataBytes,
 		"skipped", info.Skipped, "changed", info.Changed, "ms", info.DurationMs)
+	return nil
+}
+
+// keptOutcomes is how many archive outcomes computerd keeps.
+const keptOutcomes = 8
+
+// outcomes keeps how the last archives ended, for clients whose proxy
+// dropped the trailers.
+type outcomes struct {
+	mu   sync.Mutex
+	ids  []string
+	byID map[string]computerd.ArchiveOutcome
+}
+
+func (o *outcomes) add(id string, out computerd.ArchiveOutcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byID == nil {
+		o.byID = make(map[string]computerd.ArchiveOutcome)
+	}
+	o.ids = append(o.ids, id)
+	o.byID[id] = out
+	if len(o.ids) > keptOutcomes {
+		delete(o.byID, o.ids[0])
+		o.ids = o.ids[1:]
+	}
+}
+
+func (o *outcomes) get(id string) (computerd.ArchiveOutcome, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out, ok := o.byID[id]
+	return out, ok
+}
+
+// handleArchiveOutcome answers how one of the last archives ended.
+func (s *Server) handleArchiveOutcome(w http.ResponseWriter, r *http.Request) error {
+	id := r.URL.Query().Get("id")
+	out, ok := s.outcomes.get(id)
+	if !ok {
+		return errorf(http.StatusNotFound, computerd.CodeNotFound, "no ended archive %q among the last %d", id, keptOutcomes)
+	}
+	httpjson.Write(w, http.StatusOK, out)
 	return nil
 }
 

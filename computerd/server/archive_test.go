@@ -730,3 +730,72 @@ func newTestServer(t *testing.T, h http.Handler) *httptest.Server {
 	t.Cleanup(ts.Close)
 	return ts
 }
+
+// trailerDropper forwards requests to next and copies the answer's status,
+// headers and body, but not its trailers, as some proxies in front of
+// hosted computers do. cut, when set, drops the body's last byte.
+func trailerDropper(t *testing.T, next string, cut bool) *httptest.Server {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, next+r.URL.RequestURI(), r.Body)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			if k != "Trailer" {
+				w.Header()[k] = v
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		body, _ := io.ReadAll(resp.Body)
+		if cut && len(body) > 0 {
+			body = body[:len(body)-1]
+		}
+		w.Write(body)
+	}))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// TestArchiveWithoutTrailers: when a proxy drops the trailers, the client
+// asks computerd how the archive it names ended, and still refuses a
+// stream that is not the one computerd sent.
+func TestArchiveWithoutTrailers(t *testing.T) {
+	h := newHarness(t)
+	writeFile(t, filepath.Join(h.home, "a.txt"), "kept through a proxy")
+	var direct bytes.Buffer
+	want, err := h.client.Archive(testContext(t), &direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxied := computerd.NewClient(trailerDropper(t, h.ts.URL, false).URL, h.token)
+	var buf bytes.Buffer
+	got, err := proxied.Archive(testContext(t), &buf)
+	if err != nil {
+		t.Fatalf("archive through a proxy that drops trailers: %v", err)
+	}
+	if got.Bytes != int64(buf.Len()) || got.Entries != want.Entries || got.SHA256 == "" {
+		t.Fatalf("info through the proxy = %+v (%d bytes received), want %d entries", got, buf.Len(), want.Entries)
+	}
+	if _, err := h.client.Restore(testContext(t), bytes.NewReader(buf.Bytes()), computerd.RestoreOptions{SHA256: got.SHA256}); err != nil {
+		t.Fatalf("restore of the proxied archive: %v", err)
+	}
+
+	cutting := computerd.NewClient(trailerDropper(t, h.ts.URL, true).URL, h.token)
+	if _, err := cutting.Archive(testContext(t), io.Discard); !errors.Is(err, computerd.ErrArchiveIncomplete) {
+		t.Fatalf("a stream one byte short through a proxy without trailers: %v, want ErrArchiveIncomplete", err)
+	}
+	var ae *computerd.APIError
+	_, err = computerd.NewClient(h.ts.URL, h.token).Archive(testContext(t), failingWriter{})
+	if err == nil || errors.As(err, &ae) {
+		t.Fatalf("archive into a failing writer: %v, want the writer's error", err)
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }

@@ -71,6 +71,7 @@ type Server struct {
 	// archiving is held by the one archive or restore of the home that
 	// may run at a time.
 	archiving sync.Mutex
+	outcomes  outcomes // of the last archives (archive.go)
 
 	// mu guards the fields below. It is held across starting a child so
 	// that ReapOrphans never reaps a child that exec is about to wait for.
@@ -123,6 +124,7 @@ func (s *Server) routes() {
 	s.route("/v1/files/download", "GET", s.handleDownload, true)
 	s.route("/v1/processes", "GET", s.handleProcesses, true)
 	s.route("/v1/processes/kill", "POST", s.handleKill, true)
+	s.route(computerd.ArchiveOutcomePath, "GET", s.handleArchiveOutcome, true)
 	s.mux.Handle("/v1/archive", s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		switch r.Method {
 		case http.MethodGet:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/objstore"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/token"
@@ -98,6 +100,15 @@ func newEnv(t T, h Harness) *env {
 	if err != nil {
 		t.Fatalf("tokens: %v", err)
 	}
+	// Archives of persistent computers, sealed, in a folder of the test's.
+	local, err := objstore.NewLocal(filepath.Join(dir, "objects"))
+	if err != nil {
+		t.Fatalf("object store: %v", err)
+	}
+	objects, err := objstore.NewEncrypted(local, box)
+	if err != nil {
+		t.Fatalf("object store: %v", err)
+	}
 	e.clk = clock.NewFake(time.Now().UTC().Truncate(time.Second))
 	ready := h.ReadyTimeout
 	if ready <= 0 {
@@ -110,6 +121,7 @@ func newEnv(t T, h Harness) *env {
 		Box: box, Tokens: tokens, Clock: e.clk, Logger: log, ReadyTimeout: ready,
 		HTTPClient:  e.computerd,
 		ComputerEnv: map[string]string{"BERTH_CONFORMANCE": "1"},
+		Objects:     objects,
 	})
 	if err != nil {
 		t.Fatalf("supervisor: %v", err)
@@ -120,6 +132,7 @@ func newEnv(t T, h Harness) *env {
 			Store: st, Providers: map[string]providers.Provider{e.id: p}, DefaultProvider: e.id,
 			Box: box, Tokens: tokens, Clock: e.clk, Logger: log, ReadyTimeout: ready,
 			HTTPClient: e.computerd, ComputerEnv: map[string]string{"BERTH_CONFORMANCE": "1"},
+			Objects: objects,
 		})
 		if err != nil {
 			t.Fatalf("second supervisor: %v", err)
@@ -224,8 +237,15 @@ func (e *env) must(method, path string, body any, want int, out any) answer {
 // connect creates agent and connects it to the provider under test.
 func (e *env) connect(agent string) {
 	e.t.Helper()
+	e.connectWith(agent, nil)
+}
+
+// connectWith is connect with more fields in the connection's request.
+func (e *env) connectWith(agent string, extra map[string]any) {
+	e.t.Helper()
 	e.must("POST", "/v1/agents", map[string]any{"id": agent, "name": agent, "workspace": "conformance"}, http.StatusCreated, nil)
 	req := map[string]any{"agent": agent, "provider": e.id, "leaseSeconds": 300, "dailySeconds": 3600, "image": e.h.Image}
+	maps.Copy(req, extra)
 	if e.target.Credentials != nil {
 		req["credentials"] = e.target.Credentials
 	}

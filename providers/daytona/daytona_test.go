@@ -252,3 +252,8 @@ func TestRegistered(t *testing.T) {
 	}
 	hostedtest.RequireDescribed(t, daytona.ID, daytona.CredAPIKey, true)
 }
+
+// TestPersistence runs the persistent computer scenario on the fake:
+// the home archived at stop and restored at start through the provider's
+// way to computerd.
+func TestPersistence(t *testing.T) { providertest.Persistence(t, harness) }

@@ -244,3 +244,8 @@ func TestRegistered(t *testing.T) {
 		t.Errorf("bad API URL: %v", err)
 	}
 }
+
+// TestPersistence runs the persistent computer scenario on the fake E2B:
+// the home archived at stop and restored at start through E2B's way to
+// computerd.
+func TestPersistence(t *testing.T) { providertest.Persistence(t, harness) }

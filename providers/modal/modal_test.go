@@ -214,3 +214,8 @@ func TestListPages(t *testing.T) {
 		t.Errorf("%d SandboxList calls, want 5", lists)
 	}
 }
+
+// TestPersistence runs the persistent computer scenario on the fake:
+// the home archived at stop and restored at start through the provider's
+// way to computerd.
+func TestPersistence(t *testing.T) { providertest.Persistence(t, harness) }
