@@ -47,8 +47,10 @@ const (
 const User = "1000:1000"
 
 // cleanupTimeout bounds the removal of a failed create's leftovers, which
-// runs even when the create's context is done.
-const cleanupTimeout = 30 * time.Second
+// runs even when the create's context is done. A disk's release runs a
+// helper container, which a busy engine can take tens of seconds to start
+// and end; what is not removed in time is removed by a later pass.
+const cleanupTimeout = 90 * time.Second
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
