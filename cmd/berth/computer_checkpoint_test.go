@@ -181,17 +181,6 @@ func TestUsageStored(t *testing.T) {
 		"TOTAL             3         2501536000  2.5 GB\n", "")
 }
 
-func TestByteSize(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 bytes", 999: "999 bytes", 1000: "1.0 kB", 1536000: "1.5 MB", 999_999_999: "1.0 GB", 999_940_000: "999.9 MB",
-		2_500_000_000: "2.5 GB", 7 << 40: "7.7 TB", 1 << 62: "4.6 EB",
-	} {
-		if got := byteSize(n); got != want {
-			t.Errorf("byteSize(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // persistentSupervisor serves a real supervisor over the fake provider,
 // keeping archives sealed in a local object store, with agent a1 created
 // and berth pointed at it.
