@@ -57,22 +57,8 @@ type Supervisor struct {
 func Start(t testing.TB, o Options) *Supervisor {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := NewParts(t, dir)
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	local, err := objstore.NewLocal(filepath.Join(dir, "objects"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,9 +101,49 @@ func Start(t testing.TB, o Options) *Supervisor {
 		if s.Fake != nil {
 			s.Fake.Close()
 		}
-		st.Close()
 	})
 	return s
+}
+
+// T is the part of testing.TB that NewParts uses.
+type T interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Parts are what a supervisor is made of besides its providers.
+type Parts struct {
+	// Store is the SQLite store dir/berth.db, closed when the test ends.
+	Store store.Store
+	// Box seals with the key kept in dir/secret.key.
+	Box *secrets.Box
+	// Tokens derives the computers' tokens.
+	Tokens *token.Deriver
+}
+
+// NewParts opens the parts kept in dir: a second call on the same dir, as
+// after a restart, finds the same store and key.
+func NewParts(t T, dir string) Parts {
+	t.Helper()
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatalf("supervisortest: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
+	if err != nil {
+		t.Fatalf("supervisortest: %v", err)
+	}
+	box, err := secrets.NewBox(key)
+	if err != nil {
+		t.Fatalf("supervisortest: %v", err)
+	}
+	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
+	if err != nil {
+		t.Fatalf("supervisortest: %v", err)
+	}
+	return Parts{Store: st, Box: box, Tokens: tokens}
 }
 
 // Agent creates agent (in workspace, when set) and, unless conn is nil,
