@@ -4,15 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/api/apitest"
 	"github.com/berthdev/berth/internal/testkit"
 )
 
@@ -24,20 +22,12 @@ func testContext(t *testing.T) context.Context {
 }
 
 // seen is one request as the fake supervisor received it.
-type seen struct {
-	Method, Path, RawPath, Query string
-	Auth, Key, ContentType       string
-	Body                         string
-}
+type seen = apitest.Request
 
-// fake is a scripted supervisor: it records requests and answers each with
-// the next scripted reply (the last one repeats).
-type fake struct {
-	mu      sync.Mutex
-	reqs    []seen
-	replies []reply
-	srv     *httptest.Server
-}
+// fake is a scripted supervisor: it records requests and answers each,
+// whatever its route, with the next scripted reply (the last one repeats;
+// with none, 200 and {}).
+type fake struct{ *apitest.Server }
 
 type reply struct {
 	status int
@@ -48,50 +38,19 @@ type reply struct {
 
 func newFake(t *testing.T, replies ...reply) *fake {
 	t.Helper()
-	f := &fake{replies: replies}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f := &fake{apitest.New(t)}
+	as := []apitest.Answer{{Status: http.StatusOK, Body: "{}"}}
+	if len(replies) > 0 {
+		as = as[:0]
+		for _, r := range replies {
+			as = append(as, apitest.Answer{Status: r.status, Body: r.body, Header: r.header, Drop: r.hangup})
+		}
+	}
+	f.On(apitest.AnyRoute, as...)
 	return f
 }
 
-func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	f.reqs = append(f.reqs, seen{
-		Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Query: r.URL.RawQuery,
-		Auth: r.Header.Get("Authorization"), Key: r.Header.Get("Idempotency-Key"),
-		ContentType: r.Header.Get("Content-Type"), Body: string(body),
-	})
-	rep := reply{status: http.StatusOK, body: "{}"}
-	if len(f.replies) > 0 {
-		rep = f.replies[0]
-		if len(f.replies) > 1 {
-			f.replies = f.replies[1:]
-		}
-	}
-	f.mu.Unlock()
-	if rep.hangup {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-		return
-	}
-	for k, v := range rep.header {
-		w.Header().Set(k, v)
-	}
-	if w.Header().Get("Content-Type") == "" {
-		w.Header().Set("Content-Type", "application/json")
-	}
-	w.WriteHeader(rep.status)
-	io.WriteString(w, rep.body)
-}
-
-func (f *fake) requests() []seen {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]seen(nil), f.reqs...)
-}
+func (f *fake) requests() []seen { return f.Requests() }
 
 // newTestClient returns a client of f whose backoff waits are recorded
 // instead of slept.
@@ -284,7 +243,7 @@ func TestCalls(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t, reply{status: http.StatusOK, body: tt.answer})
-			c, _ := newTestClient(t, f.srv.URL)
+			c, _ := newTestClient(t, f.URL)
 			v, err := tt.call(testContext(t), c)
 			if err != nil {
 				t.Fatal(err)
@@ -322,7 +281,7 @@ func TestCalls(t *testing.T) {
 
 func TestHealthSendsNoToken(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusOK, body: `{"status":"ok"}`})
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	if err := c.Health(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +292,7 @@ func TestHealthSendsNoToken(t *testing.T) {
 
 func TestBaseURLPrefixAndEscaping(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusOK, body: `{}`})
-	c, _ := newTestClient(t, f.srv.URL+"/berth/")
+	c, _ := newTestClient(t, f.URL+"/berth/")
 	if _, err := c.Status(testContext(t), "a/b c"); err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +311,7 @@ func TestNewRejectsBadURL(t *testing.T) {
 
 func TestBadAgentID(t *testing.T) {
 	f := newFake(t)
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	for _, id := range []string{"", ".", ".."} {
 		if _, err := c.Start(testContext(t), id); !errors.Is(err, ErrAgentID) {
 			t.Errorf("Start(%q) = %v, want ErrAgentID", id, err)
@@ -392,7 +351,7 @@ func TestAPIError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t, tt.rep)
-			c, _ := newTestClient(t, f.srv.URL)
+			c, _ := newTestClient(t, f.URL)
 			_, err := c.Start(testContext(t), "a1")
 			var e *APIError
 			if !errors.As(err, &e) {
@@ -414,7 +373,7 @@ func TestAPIError(t *testing.T) {
 func TestKeyReusedAcrossRetries(t *testing.T) {
 	unavailable := reply{status: http.StatusServiceUnavailable, body: `{"error":{"code":"provider_unavailable","message":"try again"}}`}
 	f := newFake(t, unavailable, reply{hangup: true}, reply{status: http.StatusOK, body: `{"exitCode":0,"stdout":"ok"}`})
-	c, waits := newTestClient(t, f.srv.URL)
+	c, waits := newTestClient(t, f.URL)
 	ctx := testContext(t)
 	res, err := c.Exec(ctx, "a1", ExecRequest{Command: "touch x"})
 	if err != nil {
@@ -462,7 +421,7 @@ func TestKeyReusedAcrossRetries(t *testing.T) {
 
 func TestRetriesAreBounded(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusServiceUnavailable, body: `{"error":{"code":"provider_unavailable","message":"down"}}`})
-	c, waits := newTestClient(t, f.srv.URL, WithMaxAttempts(3), WithBackoff(100*time.Millisecond, 150*time.Millisecond))
+	c, waits := newTestClient(t, f.URL, WithMaxAttempts(3), WithBackoff(100*time.Millisecond, 150*time.Millisecond))
 	_, err := c.Start(testContext(t), "a1")
 	var e *APIError
 	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.Code != "provider_unavailable" {
@@ -484,7 +443,7 @@ func TestRetriesAreBounded(t *testing.T) {
 
 func TestNoRetryWithOneAttempt(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusServiceUnavailable, body: `{}`})
-	c, _ := newTestClient(t, f.srv.URL, WithMaxAttempts(1))
+	c, _ := newTestClient(t, f.URL, WithMaxAttempts(1))
 	if _, err := c.Start(testContext(t), "a1"); err == nil {
 		t.Fatal("no error")
 	}
@@ -497,7 +456,7 @@ func TestRetryAfter(t *testing.T) {
 	f := newFake(t,
 		reply{status: http.StatusServiceUnavailable, body: `{}`, header: map[string]string{"Retry-After": "3"}},
 		reply{status: http.StatusOK, body: `{"id":"s1"}`})
-	c, waits := newTestClient(t, f.srv.URL)
+	c, waits := newTestClient(t, f.URL)
 	if _, err := c.Start(testContext(t), "a1"); err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +466,7 @@ func TestRetryAfter(t *testing.T) {
 
 	// A wait longer than the client spends ends the retries.
 	f = newFake(t, reply{status: http.StatusServiceUnavailable, body: `{}`, header: map[string]string{"Retry-After": "3600"}})
-	c, _ = newTestClient(t, f.srv.URL)
+	c, _ = newTestClient(t, f.URL)
 	if _, err := c.Start(testContext(t), "a1"); err == nil {
 		t.Fatal("no error")
 	}
@@ -522,7 +481,7 @@ func TestRateLimitWaitedOut(t *testing.T) {
 	f := newFake(t,
 		reply{status: http.StatusTooManyRequests, body: `{"error":{"code":"rate_limited","message":"slow down"}}`, header: map[string]string{"Retry-After": "1"}},
 		reply{status: http.StatusCreated, body: `{"id":"a1"}`})
-	c, waits := newTestClient(t, f.srv.URL)
+	c, waits := newTestClient(t, f.URL)
 	if _, err := c.CreateAgent(testContext(t), CreateAgentRequest{Name: "n"}); err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +492,7 @@ func TestRateLimitWaitedOut(t *testing.T) {
 
 func TestUnsafeCallNotRepeatedAfterLostAnswer(t *testing.T) {
 	f := newFake(t, reply{hangup: true}, reply{status: http.StatusCreated, body: `{"id":"a1"}`})
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	if _, err := c.CreateAgent(testContext(t), CreateAgentRequest{Name: "n"}); err == nil {
 		t.Fatal("no error after the lost answer")
 	}
@@ -554,7 +513,7 @@ func TestUnsafeCallRepeatedWhenNeverSent(t *testing.T) {
 		return d.DialContext(ctx, network, addr)
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	c, _ := newTestClient(t, f.srv.URL, WithHTTPClient(&http.Client{Transport: tr}))
+	c, _ := newTestClient(t, f.URL, WithHTTPClient(&http.Client{Transport: tr}))
 	a, err := c.CreateAgent(testContext(t), CreateAgentRequest{Name: "n"})
 	if err != nil {
 		t.Fatal(err)
@@ -566,13 +525,13 @@ func TestUnsafeCallRepeatedWhenNeverSent(t *testing.T) {
 
 func TestDisconnectAfterLostAnswer(t *testing.T) {
 	f := newFake(t, reply{hangup: true}, reply{status: http.StatusNotFound, body: `{"error":{"code":"not_found","message":"agent a1 has no connection"}}`})
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	if err := c.Disconnect(testContext(t), "a1"); err != nil {
 		t.Fatalf("err = %v: the lost first attempt disconnected", err)
 	}
 	// Without a lost attempt, the 404 stands.
 	f = newFake(t, reply{status: http.StatusNotFound, body: `{"error":{"code":"not_found","message":"no connection"}}`})
-	c, _ = newTestClient(t, f.srv.URL)
+	c, _ = newTestClient(t, f.URL)
 	var e *APIError
 	if err := c.Disconnect(testContext(t), "a1"); !errors.As(err, &e) || e.Status != 404 {
 		t.Fatalf("err = %v, want 404", err)
@@ -581,7 +540,7 @@ func TestDisconnectAfterLostAnswer(t *testing.T) {
 
 func TestContextEndsRetries(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusServiceUnavailable, body: `{}`})
-	c, err := New(f.srv.URL, testToken, WithMaxAttempts(10))
+	c, err := New(f.URL, testToken, WithMaxAttempts(10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +560,7 @@ func TestContextEndsRetries(t *testing.T) {
 
 func TestDecodeFailure(t *testing.T) {
 	f := newFake(t, reply{status: http.StatusOK, body: `{"exitCode":"zero"}`})
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	_, err := c.Exec(testContext(t), "a1", ExecRequest{Command: "true"})
 	if err == nil || !strings.Contains(err.Error(), "decode answer") {
 		t.Fatalf("err = %v", err)
@@ -611,7 +570,7 @@ func TestDecodeFailure(t *testing.T) {
 func TestRawAnswer(t *testing.T) {
 	answer := `{"id":"s1","state":"running","newField":42}`
 	f := newFake(t, reply{status: http.StatusOK, body: answer + "\n"})
-	c, _ := newTestClient(t, f.srv.URL)
+	c, _ := newTestClient(t, f.URL)
 	var raw json.RawMessage
 	s, err := c.Start(WithRawAnswer(testContext(t), &raw), "a1")
 	if err != nil {

@@ -7,25 +7,23 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/clock"
-	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/testkit"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/daemon"
 	"github.com/berthdev/berth/supervisor/store"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 // startPoolSupervisor runs an in-process supervisor with the docker
@@ -363,28 +361,13 @@ func poolService(t *testing.T, image string, size int, mem *memInfo) (*superviso
 // clock clk (nil: the real one).
 func poolServiceIn(t *testing.T, dir, image string, size int, mem *memInfo, clk clock.Clock) (*supervisor.Service, *docker.Docker, store.Store) {
 	t.Helper()
-	ctx := context.Background()
 	d, err := docker.New(docker.Options{HeadlessImage: image, MemoryMB: 256, NetworkPool: 1, WarmPool: size, MemInfo: mem.read,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("k", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := supervisortest.NewParts(t, dir)
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": d},
 		Box: box, Tokens: tokens, Clock: clk, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {

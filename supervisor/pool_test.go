@@ -4,23 +4,21 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/supervisor/supervisortest"
 
 	"github.com/berthdev/berth/internal/testkit"
 
 	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/computerd/server"
-	"github.com/berthdev/berth/internal/secrets"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -117,22 +115,8 @@ func poolService(t *testing.T, prov providers.Provider, p *pooler, closing func(
 	t.Helper()
 	ctx := testContext(t)
 	p.t, p.servers = t, map[string]*httptest.Server{}
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := supervisortest.NewParts(t, t.TempDir())
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	svc, err := supervisor.New(supervisor.Config{Store: st, Providers: map[string]providers.Provider{"docker": prov},
 		Box: box, Tokens: tokens, EgressAddr: "10.0.0.1:3128"})
 	if err != nil {

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/supervisor/supervisortest"
 
 	"fyne.io/fyne/v2/test"
 	"github.com/zalando/go-keyring"
@@ -17,48 +18,15 @@ import (
 	"github.com/berthdev/berth/agent/credstore"
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/app/agentlink"
-	"github.com/berthdev/berth/internal/secrets"
-	"github.com/berthdev/berth/internal/token"
-	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/fake"
-	"github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/apiserver"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 const opToken = "operator-token-0123456789"
 
 // newSupervisor serves a real supervisor API (SQLite store, fake
 // provider) on loopback.
-func newSupervisor(t *testing.T) *httptest.Server {
+func newSupervisor(t *testing.T) *supervisortest.Supervisor {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(t.Context(), filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, _ := secrets.NewBox(key)
-	tokens, _ := token.NewDeriver([]byte(strings.Repeat("k", 32)))
-	fp := fake.New(filepath.Join(dir, "machines"), nil)
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	svc, err := supervisor.New(supervisor.Config{
-		Store: st, Providers: map[string]providers.Provider{"fake": fp}, DefaultProvider: "fake",
-		Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(apiserver.New(svc, opToken, log))
-	t.Cleanup(func() {
-		srv.Close()
-		fp.Close()
-		st.Close()
-	})
-	return srv
+	return supervisortest.Start(t, supervisortest.Options{Token: opToken, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 }
 
 func TestPair(t *testing.T) {

@@ -29,8 +29,8 @@ func TestAgentPair(t *testing.T) {
 	dir := pairEnv(t)
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`"}`)
-	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL+"/", "--name", "lab laptop")
-	r.want(t, 0, "paired as companion cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
+	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.URL+"/", "--name", "lab laptop")
+	r.want(t, 0, "paired as companion cp_abc with "+s.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
 	if strings.Contains(r.stdout+r.stderr, pairToken) {
 		t.Errorf("the token was printed")
 	}
@@ -48,7 +48,7 @@ func TestAgentPair(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := cs.Load()
-	want := credstore.Credentials{LenderID: "cp_abc", Token: pairToken, SupervisorURL: s.srv.URL}
+	want := credstore.Credentials{LenderID: "cp_abc", Token: pairToken, SupervisorURL: s.URL}
 	if err != nil || got != want {
 		t.Fatalf("stored credentials = %+v, %v; want %+v", got, err, want)
 	}
@@ -62,11 +62,11 @@ func TestAgentPairJSON(t *testing.T) {
 	pairEnv(t)
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`"}`)
-	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL, "--json")
+	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.URL, "--json")
 	if r.code != 0 {
 		t.Fatalf("%+v", r)
 	}
-	jsonEqual(t, r.stdout, `{"agentId":"cp_abc","supervisorUrl":"`+s.srv.URL+`","storedIn":"file"}`)
+	jsonEqual(t, r.stdout, `{"agentId":"cp_abc","supervisorUrl":"`+s.URL+`","storedIn":"file"}`)
 }
 
 func TestAgentPairRefused(t *testing.T) {
@@ -74,7 +74,7 @@ func TestAgentPairRefused(t *testing.T) {
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusForbidden,
 		`{"error":{"code":"pair_code_invalid","message":"pairing code unknown, expired or already used"}}`)
-	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL)
+	r := run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.URL)
 	r.want(t, 1, "", "berth: pair: pairing code unknown, expired or already used (pair_code_invalid)\n")
 	if _, err := os.Stat(filepath.Join(dir, credstore.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("credentials stored after a refusal: %v", err)

@@ -25,8 +25,8 @@ func TestAgentPairKeepsRelay(t *testing.T) {
 	dir := pairEnv(t)
 	s := newSupervisor(t)
 	s.on("POST /v1/companions/pair", http.StatusCreated, `{"agentId":"cp_abc","token":"`+pairToken+`","relayUrl":"wss://relay.example/v1/agents/connect"}`)
-	run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.srv.URL).want(t, 0,
-		"paired as companion cp_abc with "+s.srv.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
+	run(t, "", "agent", "pair", "ABCD-EFGH-JK", "--supervisor", s.URL).want(t, 0,
+		"paired as companion cp_abc with "+s.URL+"; token kept in an encrypted file in "+dir+" (no OS keyring available)\n", "")
 	cs, err := credstore.New(credstore.WithDir(dir), credstore.FileOnly())
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
+	"github.com/berthdev/berth/internal/units"
+
 	"github.com/spf13/cobra"
 
 	"github.com/berthdev/berth/api"
@@ -357,7 +359,7 @@ func newStatusCmd() *cobra.Command {
 						fmt.Fprintf(tw, "session\tnone\n")
 					}
 					if a := st.Archive; a != nil {
-						fmt.Fprintf(tw, "archive\t%s, made on %s at %s\n", byteSize(a.Bytes), a.Image, when(a.CreatedAt))
+						fmt.Fprintf(tw, "archive\t%s, made on %s at %s\n", units.Bytes(a.Bytes), a.Image, when(a.CreatedAt))
 					}
 					fmt.Fprintf(tw, "budget\t%s left of %s today (%s used, %s reserved), resets %s\n",
 						seconds2d(b.LeftSeconds), seconds2d(b.DailySeconds), seconds2d(b.UsedSeconds), seconds2d(b.ReservedSeconds), when(b.ResetsAt))

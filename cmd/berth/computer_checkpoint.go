@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/berthdev/berth/internal/units"
+
 	"github.com/spf13/cobra"
 
 	"github.com/berthdev/berth/api"
@@ -39,7 +41,7 @@ digit, and must not be taken.`,
 			return printed(cmd, func(ctx context.Context, c *api.Client) (*api.Archive, error) { return c.Checkpoint(ctx, agent, name) },
 				func(a *api.Archive) error {
 					_, err := fmt.Fprintf(cmd.OutOrStdout(), "checkpoint %s of agent %s: %s, made on %s at %s\n",
-						a.Name, agent, byteSize(a.Bytes), a.Image, when(a.CreatedAt))
+						a.Name, agent, units.Bytes(a.Bytes), a.Image, when(a.CreatedAt))
 					return err
 				})
 		},
@@ -68,7 +70,7 @@ the image it was made on. berth computer checkpoints delete NAME deletes one.`,
 					tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "NAME\tSIZE\tCREATED\tIMAGE")
 					for _, a := range list {
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, byteSize(a.Bytes), when(a.CreatedAt), a.Image)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Name, units.Bytes(a.Bytes), when(a.CreatedAt), a.Image)
 					}
 					return tw.Flush()
 				})
@@ -101,18 +103,4 @@ func newCheckpointDeleteCmd() *cobra.Command {
 			return err
 		},
 	}
-}
-
-// byteSize formats a number of bytes for people, in powers of 1000: 812
-// bytes, 1.5 MB, 20.0 GB.
-func byteSize(n int64) string {
-	if n < 1000 {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	v, exp := float64(n)/1000, 0
-	for v >= 999.95 && exp < 5 {
-		v /= 1000
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", v, "kMGTPE"[exp])
 }

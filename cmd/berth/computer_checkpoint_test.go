@@ -1,23 +1,12 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/berthdev/berth/internal/objstore"
-	"github.com/berthdev/berth/internal/secrets"
-	"github.com/berthdev/berth/internal/token"
-	"github.com/berthdev/berth/providers"
-	"github.com/berthdev/berth/providers/fake"
-	sup "github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/apiserver"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
+	"github.com/berthdev/berth/supervisor/supervisortest"
 )
 
 func TestConnectPersistent(t *testing.T) {
@@ -181,67 +170,16 @@ func TestUsageStored(t *testing.T) {
 		"TOTAL             3         2501536000  2.5 GB\n", "")
 }
 
-func TestByteSize(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 bytes", 999: "999 bytes", 1000: "1.0 kB", 1536000: "1.5 MB", 999_999_999: "1.0 GB", 999_940_000: "999.9 MB",
-		2_500_000_000: "2.5 GB", 7 << 40: "7.7 TB", 1 << 62: "4.6 EB",
-	} {
-		if got := byteSize(n); got != want {
-			t.Errorf("byteSize(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // persistentSupervisor serves a real supervisor over the fake provider,
 // keeping archives sealed in a local object store, with agent a1 created
-// and berth pointed at it.
+// in workspace lab and berth pointed at it.
 func persistentSupervisor(t *testing.T) {
 	t.Helper()
-	ctx := testContext(t)
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local, err := objstore.NewLocal(filepath.Join(dir, "objects"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objects, err := objstore.NewEncrypted(local, box)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp := fake.New(filepath.Join(dir, "machines"), nil)
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	svc, err := sup.New(sup.Config{Store: st, Providers: map[string]providers.Provider{fake.ID: fp},
-		DefaultProvider: fake.ID, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 5 * time.Second, Objects: objects})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(apiserver.New(svc, testToken, log))
-	t.Cleanup(func() {
-		srv.Close()
-		fp.Close()
-		st.Close()
-	})
-	t.Setenv("BERTH_URL", srv.URL)
+	s := supervisortest.Start(t, supervisortest.Options{Token: testToken, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	s.Agent(t, "a1", "lab", nil)
+	t.Setenv("BERTH_URL", s.URL)
 	t.Setenv("SUPERVISOR_TOKEN", testToken)
 	t.Setenv("BERTH_AGENT", "a1")
-	if _, err := svc.CreateAgent(context.WithoutCancel(ctx), sup.CreateAgentRequest{ID: "a1", Name: "a1", Workspace: "lab"}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestPersistentComputer drives a persistent computer through berth

@@ -9,11 +9,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/api/apitest"
 	"github.com/berthdev/berth/internal/testkit"
 
 	"github.com/spf13/cobra"
@@ -27,84 +27,38 @@ func testContext(t *testing.T) context.Context {
 }
 
 // call is one request the fake supervisor received.
-type call struct {
-	Method, Path, Query string
-	Auth, Key           string
-	Body                string
-}
+type call = apitest.Request
 
-// answer is the fake supervisor's reply to one route.
-type answer struct {
-	status int
-	body   string
-}
-
-// supervisor is a fake supervisor answering each "METHOD /path" route with
-// a queue of answers (the last one repeats).
-type supervisor struct {
-	mu      sync.Mutex
-	calls   []call
-	answers map[string][]answer
-	srv     *httptest.Server
-}
+// supervisor is a scripted supervisor that berth is pointed at: each
+// "METHOD /path" route answers from a queue (the last answer repeats).
+type supervisor struct{ *apitest.Server }
 
 // newSupervisor starts a fake supervisor and points berth at it through
 // the environment, with no agent set.
 func newSupervisor(t *testing.T) *supervisor {
 	t.Helper()
-	s := &supervisor{answers: map[string][]answer{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	t.Setenv("BERTH_URL", s.srv.URL)
+	s := &supervisor{apitest.New(t)}
+	t.Setenv("BERTH_URL", s.URL)
 	t.Setenv("SUPERVISOR_TOKEN", testToken)
 	t.Setenv("BERTH_AGENT", "")
 	return s
 }
 
+// on adds an answer to route's queue.
 func (s *supervisor) on(route string, status int, body string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.answers[route] = append(s.answers[route], answer{status, body})
+	s.Then(route, apitest.Answer{Status: status, Body: body})
 }
 
-func (s *supervisor) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	route := r.Method + " " + r.URL.Path
-	s.mu.Lock()
-	s.calls = append(s.calls, call{
-		Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
-		Auth: r.Header.Get("Authorization"), Key: r.Header.Get("Idempotency-Key"), Body: string(body),
-	})
-	a := answer{http.StatusNotFound, `{"error":{"code":"not_found","message":"no route for ` + route + `"}}`}
-	if q := s.answers[route]; len(q) > 0 {
-		a = q[0]
-		if len(q) > 1 {
-			s.answers[route] = q[1:]
-		}
-	}
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(a.status)
-	io.WriteString(w, a.body)
-}
-
-func (s *supervisor) requests() []call {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]call(nil), s.calls...)
-}
+func (s *supervisor) requests() []call { return s.Requests() }
 
 // only returns the one request made, failing the test otherwise.
 func (s *supervisor) only(t *testing.T) call {
 	t.Helper()
-	calls := s.requests()
-	if len(calls) != 1 {
-		t.Fatalf("%d requests, want 1: %+v", len(calls), calls)
+	c := s.Only(t)
+	if c.Auth != "Bearer "+testToken {
+		t.Errorf("Authorization = %q", c.Auth)
 	}
-	if calls[0].Auth != "Bearer "+testToken {
-		t.Errorf("Authorization = %q", calls[0].Auth)
-	}
-	return calls[0]
+	return c
 }
 
 // result is what one run of berth did.
@@ -234,7 +188,7 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 	t.Setenv("BERTH_URL", "http://127.0.0.1:1")
 	t.Setenv("SUPERVISOR_TOKEN", "wrong")
 	t.Setenv("BERTH_AGENT", "a1")
-	r := run(t, "", "--url", s.srv.URL, "--token", testToken, "computer", "status", "--agent", "a2")
+	r := run(t, "", "--url", s.URL, "--token", testToken, "computer", "status", "--agent", "a2")
 	if r.code != 0 {
 		t.Fatalf("%+v", r)
 	}

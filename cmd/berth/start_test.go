@@ -5,19 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/berthdev/berth/api"
-	"github.com/berthdev/berth/internal/secrets"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	sup "github.com/berthdev/berth/supervisor"
-	"github.com/berthdev/berth/supervisor/apiserver"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 func TestStartFailed(t *testing.T) {
@@ -66,43 +62,13 @@ func (p *badImage) Destroy(context.Context, string) error { return nil }
 // another start whose create failed exits with that failure.
 func TestStartWaitingOnFailedCreate(t *testing.T) {
 	ctx := testContext(t)
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("t", token.MinSecretLen)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &badImage{creating: make(chan struct{}), release: make(chan struct{}), creates: make(chan struct{}, 10)}
-	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	svc, err := sup.New(sup.Config{Store: st, Providers: map[string]providers.Provider{"bad": p},
-		DefaultProvider: "bad", Box: box, Tokens: tokens, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(apiserver.New(svc, testToken, log))
-	t.Cleanup(func() {
-		srv.Close()
-		st.Close()
+	srv := supervisortest.Start(t, supervisortest.Options{
+		Token: testToken, Providers: map[string]providers.Provider{"bad": p}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
+	srv.Agent(t, "a1", "", &sup.ConnectRequest{})
 	t.Setenv("BERTH_URL", srv.URL)
 	t.Setenv("SUPERVISOR_TOKEN", testToken)
-	if _, err := svc.CreateAgent(ctx, sup.CreateAgentRequest{ID: "a1", Name: "a1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.Connect(ctx, sup.ConnectRequest{Agent: "a1"}); err != nil {
-		t.Fatal(err)
-	}
 
 	c, err := api.New(srv.URL, testToken)
 	if err != nil {

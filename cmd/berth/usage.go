@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/berthdev/berth/internal/units"
+
 	"github.com/spf13/cobra"
 
 	"github.com/berthdev/berth/api"
@@ -119,12 +121,12 @@ func printStored(cmd *cobra.Command, rows []api.StoredRow) error {
 	fmt.Fprintln(tw, "AGENT\tWORKSPACE\tARCHIVES\tBYTES\tSIZE")
 	var archives, bytes int64
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", r.Agent, r.Workspace, r.Archives, r.Bytes, byteSize(r.Bytes))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", r.Agent, r.Workspace, r.Archives, r.Bytes, units.Bytes(r.Bytes))
 		archives += r.Archives
 		bytes += r.Bytes
 	}
 	if len(rows) > 1 {
-		fmt.Fprintf(tw, "TOTAL\t\t%d\t%d\t%s\n", archives, bytes, byteSize(bytes))
+		fmt.Fprintf(tw, "TOTAL\t\t%d\t%d\t%s\n", archives, bytes, units.Bytes(bytes))
 	}
 	return tw.Flush()
 }

@@ -9,22 +9,20 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 
 	"github.com/berthdev/berth/api"
-	"github.com/berthdev/berth/internal/secrets"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 // Operator is the stack's operator key.
@@ -70,23 +68,8 @@ func NewStack(t *testing.T, id string, newProvider func(log *slog.Logger) provid
 	logs := &Logs{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	p := newProvider(log)
-	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(t.Context(), filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("k", 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := supervisortest.NewParts(t, t.TempDir())
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	s := &Stack{t: t, id: id, p: p, Logs: logs, Log: log, cfg: supervisor.Config{Store: st, Providers: map[string]providers.Provider{id: p},
 		DefaultProvider: id, Box: box, Tokens: tokens, Logger: log, ReadyTimeout: 30 * time.Second}}
 	svc := s.Restart()

@@ -14,16 +14,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/objstore"
-	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/syncbuf"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 const operatorToken = "providertest-operator-token"
@@ -84,22 +83,8 @@ func newEnv(t T, h Harness) *env {
 	}
 
 	dir := t.TempDir()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	if err != nil {
-		t.Fatalf("key: %v", err)
-	}
-	box, err := secrets.NewBox(key)
-	if err != nil {
-		t.Fatalf("box: %v", err)
-	}
-	tokens, err := token.NewDeriver([]byte(strings.Repeat("s", 32)))
-	if err != nil {
-		t.Fatalf("tokens: %v", err)
-	}
+	parts := supervisortest.NewParts(t, dir)
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	// Archives of persistent computers, sealed, in a folder of the test's.
 	local, err := objstore.NewLocal(filepath.Join(dir, "objects"))
 	if err != nil {

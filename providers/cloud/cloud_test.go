@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/berthdev/berth/conformance/providertest"
-	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/testkit"
-	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/cloud"
 	"github.com/berthdev/berth/providers/fake"
@@ -21,7 +21,6 @@ import (
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
-	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 func TestMain(m *testing.M) {
@@ -40,14 +39,8 @@ type remote struct {
 
 func newRemote(t providertest.T) *remote {
 	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(dir, "remote.db"))
-	if err != nil {
-		t.Fatalf("remote store: %v", err)
-	}
-	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	box, _ := secrets.NewBox(key)
-	tokens, _ := token.NewDeriver([]byte(strings.Repeat("r", 32)))
+	parts := supervisortest.NewParts(t, dir)
+	st, box, tokens := parts.Store, parts.Box, parts.Tokens
 	fp := fake.New(filepath.Join(dir, "machines"), nil)
 	hc := &http.Client{Transport: &http.Transport{}}
 	svc, err := supervisor.New(supervisor.Config{

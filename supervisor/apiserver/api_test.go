@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/supervisor/supervisortest"
+
 	"github.com/berthdev/berth/internal/clock"
-	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
@@ -67,9 +68,8 @@ func newEnv(t testing.TB) *env {
 func newEnvWith(t testing.TB, st store.Store, opts ...func(*supervisor.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	key, _ := secrets.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
-	box, _ := secrets.NewBox(key)
-	tokens, _ := token.NewDeriver([]byte(strings.Repeat("k", 32)))
+	parts := supervisortest.NewParts(t, dir)
+	box, tokens := parts.Box, parts.Tokens
 	fp := fake.New(filepath.Join(dir, "machines"), nil)
 	clk := clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	logs := &bytes.Buffer{}

@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berthdev/berth/api"
-	"github.com/berthdev/berth/internal/objstore"
 	"github.com/berthdev/berth/supervisor"
 )
 
@@ -109,18 +107,8 @@ func TestCheckpointLimits(t *testing.T) {
 // computer_start starts from it, and a plain start wakes from the last
 // sleep.
 func TestCheckpointWake(t *testing.T) {
-	srv, _, _ := realSupervisorWith(t, func(cfg *supervisor.Config) {
-		local, err := objstore.NewLocal(filepath.Join(t.TempDir(), "objects"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		enc, err := objstore.NewEncrypted(local, cfg.Box)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Objects = enc
-	}, supervisor.ConnectRequest{Agent: testAgent, Persistence: api.PersistenceHome})
-	c, err := api.New(srv.URL, testToken, api.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	sup := realSupervisor(t, supervisor.ConnectRequest{Persistence: api.PersistenceHome})
+	c, err := api.New(sup.URL, testToken, api.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

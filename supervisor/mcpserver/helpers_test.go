@@ -3,11 +3,9 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/api/apitest"
 	"github.com/berthdev/berth/internal/testkit"
 )
 
@@ -35,9 +34,7 @@ func testContext(t *testing.T) context.Context {
 }
 
 // call is one request the fake supervisor received.
-type call struct {
-	Method, Path, Auth, Key, Body string
-}
+type call = apitest.Request
 
 // answer is the fake supervisor's reply to one request. With drop set it
 // closes the connection instead; with hold set it waits for hold to close
@@ -52,78 +49,30 @@ type answer struct {
 
 // fakeSupervisor answers each "METHOD /path" route as set by on, and
 // records the requests.
-type fakeSupervisor struct {
-	mu      sync.Mutex
-	calls   []call
-	answers map[string][]answer
-	srv     *httptest.Server
-}
+type fakeSupervisor struct{ *apitest.Server }
 
 func newFakeSupervisor(t *testing.T) *fakeSupervisor {
 	t.Helper()
-	f := &fakeSupervisor{answers: map[string][]answer{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
+	return &fakeSupervisor{apitest.New(t)}
 }
 
 // on sets the answers of route, given in turn; the last one repeats.
 func (f *fakeSupervisor) on(route string, answers ...answer) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.answers[route] = answers
+	as := make([]apitest.Answer, len(answers))
+	for i, a := range answers {
+		as[i] = apitest.Answer{Status: a.status, Body: a.body, Drop: a.drop, Held: a.held, Hold: a.hold}
+	}
+	f.On(route, as...)
 }
 
-func (f *fakeSupervisor) ok(route, body string) { f.on(route, answer{status: 200, body: body}) }
+func (f *fakeSupervisor) ok(route, body string) { f.OK(route, body) }
 
-func (f *fakeSupervisor) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	route := r.Method + " " + r.URL.Path
-	f.mu.Lock()
-	f.calls = append(f.calls, call{
-		Method: r.Method, Path: r.URL.Path, Auth: r.Header.Get("Authorization"),
-		Key: r.Header.Get("Idempotency-Key"), Body: string(body),
-	})
-	a := answer{status: http.StatusNotFound, body: `{"error":{"code":"not_found","message":"no route for ` + route + `"}}`}
-	if q := f.answers[route]; len(q) > 0 {
-		a = q[0]
-		if len(q) > 1 {
-			f.answers[route] = q[1:]
-		}
-	}
-	f.mu.Unlock()
-	if a.held != nil {
-		close(a.held)
-	}
-	if a.hold != nil {
-		<-a.hold
-	}
-	if a.drop {
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(a.status)
-	io.WriteString(w, a.body)
-}
-
-func (f *fakeSupervisor) requests() []call {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]call(nil), f.calls...)
-}
+func (f *fakeSupervisor) requests() []call { return f.Requests() }
 
 // last returns the last request made, failing the test when there is none.
 func (f *fakeSupervisor) last(t *testing.T) call {
 	t.Helper()
-	calls := f.requests()
-	if len(calls) == 0 {
-		t.Fatal("no request reached the supervisor")
-	}
-	return calls[len(calls)-1]
+	return f.Last(t)
 }
 
 // testLogger logs to t.
@@ -143,7 +92,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 func newTestServer(t *testing.T, f *fakeSupervisor, opts ...api.Option) *Server {
 	t.Helper()
 	opts = append([]api.Option{api.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)
-	c, err := api.New(f.srv.URL, testToken, opts...)
+	c, err := api.New(f.URL, testToken, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

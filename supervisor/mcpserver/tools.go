@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berthdev/berth/internal/units"
+
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -513,20 +515,7 @@ func (s *Server) checkpoint(ctx context.Context, in checkpointInput) (api.Archiv
 	}
 	return *a, []string{fmt.Sprintf("Saved checkpoint %s: %s of the home folder, made on image %s at %s. The computer keeps running. "+
 		"After computer_stop, computer_start with checkpoint %q starts from it: its files only, no process.",
-		a.Name, byteSize(a.Bytes), a.Image, a.CreatedAt.UTC().Format(time.RFC3339), a.Name)}, nil
-}
-
-// byteSize writes n bytes for people, as in 1.5 MB.
-func byteSize(n int64) string {
-	if n < 1000 {
-		return fmt.Sprintf("%d bytes", n)
-	}
-	v, exp := float64(n)/1000, 0
-	for v >= 999.95 && exp < 5 {
-		v /= 1000
-		exp++
-	}
-	return fmt.Sprintf("%.1f %cB", v, "kMGTPE"[exp])
+		a.Name, units.Bytes(a.Bytes), a.Image, a.CreatedAt.UTC().Format(time.RFC3339), a.Name)}, nil
 }
 
 // thousands writes n with commas, as in 24,000.

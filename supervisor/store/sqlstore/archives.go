@@ -12,7 +12,7 @@ import (
 
 const archiveCols = `agent_id, name, workspace, object_key, bytes, sha256, image, session_id, created_at`
 
-func scanArchive(row interface{ Scan(...any) error }) (store.Archive, error) {
+func scanArchive(row rowScanner) (store.Archive, error) {
 	var a store.Archive
 	var created int64
 	err := row.Scan(&a.AgentID, &a.Name, &a.Workspace, &a.Key, &a.Bytes, &a.SHA256, &a.Image, &a.SessionID, &created)
@@ -84,20 +84,7 @@ func (s *Store) GetArchive(ctx context.Context, agentID, name string) (store.Arc
 
 // ArchivesOf implements store.Archives.
 func (s *Store) ArchivesOf(ctx context.Context, agentID string) ([]store.Archive, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? ORDER BY created_at, name`), agentID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Archive
-	for rows.Next() {
-		a, err := scanArchive(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? ORDER BY created_at, name`), []any{agentID}, scanArchive)
 }
 
 // DeleteArchive implements store.Archives.
@@ -120,39 +107,21 @@ func (s *Store) DeleteArchive(ctx context.Context, agentID, name string) (store.
 
 // ArchiveKeys implements store.Archives.
 func (s *Store) ArchiveKeys(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT object_key FROM archives ORDER BY object_key`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
+	return queryAll(ctx, s.db, `SELECT object_key FROM archives ORDER BY object_key`, nil, func(row rowScanner) (string, error) {
 		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+		err := row.Scan(&k)
+		return k, err
+	})
 }
 
 // Stored implements store.Archives.
 func (s *Store) Stored(ctx context.Context) ([]store.StoredRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT agent_id, MAX(workspace), CAST(SUM(bytes) AS BIGINT), COUNT(*)
-		FROM archives GROUP BY agent_id ORDER BY agent_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.StoredRow
-	for rows.Next() {
+	return queryAll(ctx, s.db, `SELECT agent_id, MAX(workspace), CAST(SUM(bytes) AS BIGINT), COUNT(*)
+		FROM archives GROUP BY agent_id ORDER BY agent_id`, nil, func(row rowScanner) (store.StoredRow, error) {
 		var r store.StoredRow
-		if err := rows.Scan(&r.AgentID, &r.Workspace, &r.Bytes, &r.Archives); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		err := row.Scan(&r.AgentID, &r.Workspace, &r.Bytes, &r.Archives)
+		return r, err
+	})
 }
 
 // TouchSession implements store.Archives.

@@ -12,7 +12,7 @@ import (
 
 const callCols = `key, agent_id, tool, request_hash, state, owner, status, response, created_at, finished_at`
 
-func scanCall(row interface{ Scan(...any) error }) (store.Call, error) {
+func scanCall(row rowScanner) (store.Call, error) {
 	var c store.Call
 	var resp string
 	var created, finished int64

@@ -12,7 +12,7 @@ import (
 
 const keyCols = `id, name, scope, workspace, agent_id, key_hash, created_at, last_used_at, expires_at, revoked_at, created_by`
 
-func scanKey(sc interface{ Scan(...any) error }) (store.Key, error) {
+func scanKey(sc rowScanner) (store.Key, error) {
 	var k store.Key
 	var created, used, expires, revoked int64
 	err := sc.Scan(&k.ID, &k.Name, &k.Scope, &k.Workspace, &k.AgentID, &k.Hash, &created, &used, &expires, &revoked, &k.CreatedBy)
@@ -51,20 +51,11 @@ func (s *Store) ListKeys(ctx context.Context, workspace string) ([]store.Key, er
 	if workspace != "" {
 		q, args = `SELECT `+keyCols+` FROM api_keys WHERE workspace = ? ORDER BY created_at, id`, []any{workspace}
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(q), args...)
+	out, err := queryAll(ctx, s.db, s.q(q), args, scanKey)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Key
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list keys: %w", err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // RevokeKey implements store.Keys.
@@ -107,42 +98,32 @@ func (s *Store) Audit(ctx context.Context, workspace string, before time.Time, l
 	if workspace != "" {
 		q, args = `SELECT id, at, actor, workspace, action, target, detail FROM audit_log WHERE workspace = ? AND at < ? ORDER BY at DESC, id DESC LIMIT ?`, []any{workspace, b, limit}
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(q), args...)
+	out, err := queryAll(ctx, s.db, s.q(q), args, func(row rowScanner) (store.AuditEntry, error) {
+		var e store.AuditEntry
+		var at int64
+		err := row.Scan(&e.ID, &at, &e.Actor, &e.Workspace, &e.Action, &e.Target, &e.Detail)
+		e.At = fromMS(at)
+		return e, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	defer rows.Close()
-	var out []store.AuditEntry
-	for rows.Next() {
-		var e store.AuditEntry
-		var at int64
-		if err := rows.Scan(&e.ID, &at, &e.Actor, &e.Workspace, &e.Action, &e.Target, &e.Detail); err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
-		}
-		e.At = fromMS(at)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Companions implements store.Pairing.
 func (s *Store) Companions(ctx context.Context) ([]store.Companion, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+companionCols+` FROM companions ORDER BY created_at, id`)
+	out, err := queryAll(ctx, s.db, `SELECT `+companionCols+` FROM companions ORDER BY created_at, id`, nil, func(row rowScanner) (store.Companion, error) {
+		var c store.Companion
+		var created, seen int64
+		err := row.Scan(&c.ID, &c.Name, &c.TokenHash, &created, &seen)
+		c.CreatedAt, c.LastSeenAt = fromMS(created), fromMS(seen)
+		return c, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list companions: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Companion
-	for rows.Next() {
-		var c store.Companion
-		var created, seen int64
-		if err := rows.Scan(&c.ID, &c.Name, &c.TokenHash, &created, &seen); err != nil {
-			return nil, fmt.Errorf("list companions: %w", err)
-		}
-		c.CreatedAt, c.LastSeenAt = fromMS(created), fromMS(seen)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // DeleteCompanion implements store.Pairing.

@@ -12,7 +12,7 @@ import (
 
 const poolCols = `computer_id, machine_id, provider, image, attempt_id, endpoint, owner, state, session_id, created_at, claimed_at`
 
-func scanPoolMember(row interface{ Scan(...any) error }) (store.PoolMember, error) {
+func scanPoolMember(row rowScanner) (store.PoolMember, error) {
 	var m store.PoolMember
 	var created, claimed int64
 	err := row.Scan(&m.ComputerID, &m.MachineID, &m.Provider, &m.Image, &m.AttemptID, &m.Endpoint, &m.Owner,
@@ -81,20 +81,7 @@ func (s *Store) GetPoolMember(ctx context.Context, computerID string) (store.Poo
 
 // PoolMembers implements store.Pool.
 func (s *Store) PoolMembers(ctx context.Context) ([]store.PoolMember, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, computer_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.PoolMember
-	for rows.Next() {
-		m, err := scanPoolMember(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, computer_id`, nil, scanPoolMember)
 }
 
 // claimPoolMember claims, inside a reservation's transaction, the oldest

@@ -171,7 +171,7 @@ func (s *Store) GetAgent(ctx context.Context, id string) (store.Agent, error) {
 
 const agentCols = `id, name, workspace, created_at`
 
-func scanAgent(row interface{ Scan(...any) error }) (store.Agent, error) {
+func scanAgent(row rowScanner) (store.Agent, error) {
 	var a store.Agent
 	var created int64
 	err := row.Scan(&a.ID, &a.Name, &a.Workspace, &created)
@@ -190,20 +190,7 @@ func (s *Store) getAgent(ctx context.Context, q sqlQuerier, id string) (store.Ag
 
 // AgentsIn implements store.Store.
 func (s *Store) AgentsIn(ctx context.Context, workspace string) ([]store.Agent, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), workspace)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Agent
-	for rows.Next() {
-		a, err := scanAgent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), []any{workspace}, scanAgent)
 }
 
 // DeleteAgent implements store.Store.
@@ -235,7 +222,7 @@ func (s *Store) CreateConnection(ctx context.Context, c store.Connection) error 
 const connCols = `agent_id, provider, image, lease_seconds, daily_seconds, credentials, created_at,
 	persistence, idle_sleep_seconds, max_checkpoints`
 
-func scanConn(row interface{ Scan(...any) error }) (store.Connection, error) {
+func scanConn(row rowScanner) (store.Connection, error) {
 	var c store.Connection
 	var creds string
 	var created int64
@@ -257,20 +244,7 @@ func (s *Store) GetConnection(ctx context.Context, agentID string) (store.Connec
 
 // Connections implements store.Store.
 func (s *Store) Connections(ctx context.Context) ([]store.Connection, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+connCols+` FROM connections ORDER BY agent_id`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Connection
-	for rows.Next() {
-		c, err := scanConn(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.db, `SELECT `+connCols+` FROM connections ORDER BY agent_id`, nil, scanConn)
 }
 
 // DeleteConnection implements store.Store.
@@ -289,7 +263,7 @@ const sessCols = `id, agent_id, workspace, provider, image, computer_id, attempt
 	day, reserved_seconds, charged_seconds, created_at, expires_at, ended_at, cleanup_tries, next_cleanup_at, last_error, owner, claim_until,
 	home, wake_from, sleep_at`
 
-func scanSession(row interface{ Scan(...any) error }) (store.Session, error) {
+func scanSession(row rowScanner) (store.Session, error) {
 	var x store.Session
 	var created, expires, ended, next, claim, sleep int64
 	err := row.Scan(&x.ID, &x.AgentID, &x.Workspace, &x.Provider, &x.Image, &x.ComputerID, &x.AttemptID, &x.State,
@@ -302,18 +276,26 @@ func scanSession(row interface{ Scan(...any) error }) (store.Session, error) {
 }
 
 func (s *Store) querySessions(ctx context.Context, q sqlQuerier, query string, args ...any) ([]store.Session, error) {
-	rows, err := q.QueryContext(ctx, s.q(query), args...)
+	return queryAll(ctx, q, s.q(query), args, scanSession)
+}
+
+// rowScanner is a *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(...any) error }
+
+// queryAll runs query on q and scans every row of its answer with scan.
+func queryAll[T any](ctx context.Context, q sqlQuerier, query string, args []any, scan func(rowScanner) (T, error)) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Session
+	var out []T
 	for rows.Next() {
-		x, err := scanSession(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, x)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
@@ -505,26 +487,18 @@ func (s *Store) Usage(ctx context.Context, by string, from, to, now time.Time) (
 		return nil, fmt.Errorf("usage by %q: want provider or workspace", by)
 	}
 	nowMS := ms(now)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+col+`,
+	return queryAll(ctx, s.db, s.q(`SELECT `+col+`,
 		CAST(COALESCE(SUM(CASE WHEN state IN `+liveStates+`
 			THEN (CASE WHEN ? < expires_at THEN ? ELSE expires_at END - created_at) / 1000
 			ELSE charged_seconds END), 0) AS BIGINT),
 		COUNT(*)
 		FROM sessions WHERE created_at >= ? AND created_at < ?
-		GROUP BY `+col+` ORDER BY `+col), nowMS, nowMS, ms(from), ms(to))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.UsageRow
-	for rows.Next() {
-		var r store.UsageRow
-		if err := rows.Scan(&r.Key, &r.Seconds, &r.Sessions); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+		GROUP BY `+col+` ORDER BY `+col), []any{nowMS, nowMS, ms(from), ms(to)},
+		func(row rowScanner) (store.UsageRow, error) {
+			var r store.UsageRow
+			err := row.Scan(&r.Key, &r.Seconds, &r.Sessions)
+			return r, err
+		})
 }
 
 var _ store.Store = (*Store)(nil)
