@@ -620,7 +620,12 @@ func TestRestoreOneAtATime(t *testing.T) {
 		_, err := s.h.client.Restore(ctx, pr, computerd.RestoreOptions{})
 		done <- err
 	}()
-	pw.Write(good[:len(good)/2]) // returns once the server read it
+	pw.Write(good[:len(good)/2]) // returns once the client's transport read it
+	// The first restore holds the home once its staging folder is there.
+	testkit.Eventually(t, 10*time.Second, "the first restore to begin", func() bool {
+		m, _ := filepath.Glob(filepath.Join(s.h.home, computerd.RestoreStagingPrefix+"*"))
+		return len(m) > 0
+	})
 	_, err := s.h.client.Restore(ctx, bytes.NewReader(good), computerd.RestoreOptions{})
 	wantAPIError(t, err, http.StatusConflict, computerd.CodeBusy)
 	_, err = s.h.client.Archive(ctx, io.Discard)
