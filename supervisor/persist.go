@@ -78,6 +78,8 @@ func (s *Service) persistence(r *ConnectRequest, provider string) error {
 		}
 		return nil
 	case api.PersistenceHome:
+	case "memory":
+		return badRequest("persistence: %q (processes kept across sleeps) is not available on this supervisor; %q keeps the home folder's files", r.Persistence, api.PersistenceHome)
 	default:
 		return badRequest("persistence: %q must be %q or %q", r.Persistence, api.PersistenceNone, api.PersistenceHome)
 	}

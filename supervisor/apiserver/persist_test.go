@@ -375,6 +375,7 @@ func TestPersistenceSettings(t *testing.T) {
 		want int
 	}{
 		{map[string]any{"persistence": "memory"}, 400},
+		{map[string]any{"persistence": "disk"}, 400},
 		{map[string]any{"persistence": "home", "idleSleepSeconds": 59}, 422},
 		{map[string]any{"persistence": "home", "idleSleepSeconds": 3601}, 422},
 		{map[string]any{"persistence": "home", "maxCheckpoints": 101}, 422},
