@@ -88,6 +88,7 @@ var targets = map[string]target{
 	"apiserver BenchmarkSleep1GiB sleep-MB/s":                  atLeast(300, "MB/s"),
 	"apiserver BenchmarkSleep1GiB sleep-s":                     ratioAtMost(1.5),
 	"apiserver BenchmarkCheckpointExec checkpoint-exec-p50-ms": ratioAtMost(2),
+	"apiserver BenchmarkWake1GiB wake-s":                       ratioAtMost(2),
 	"e2e BenchmarkExec rest-exec-ms":                           ratioAtMost(0.2),
 	"e2e BenchmarkExecMCP mcp-exec-ms":                         ratioAtMost(0.2),
 	"e2e BenchmarkExec computerd-rss-MB":                       atMost(15, "MB"),

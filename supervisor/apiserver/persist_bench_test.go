@@ -192,3 +192,58 @@ func medianOf(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// BenchmarkWake1GiB times a wake of a 1 GiB mixed home from the local
+// store (REST start until the first exec answers: a new computer of the
+// fake provider, the archive opened, checked and restored into it) against
+// `zstd -d | tar -x` of the same archive on the host, in the same run.
+// Between wakes (untimed) the computer is stopped, which archives the home
+// again.
+func BenchmarkWake1GiB(b *testing.B) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		b.Fatalf("the baseline needs the zstd command: %v", err)
+	}
+	e := newHomeEnv(b)
+	e.connectHome("wake", nil)
+	e.mustCall("POST", "/v1/agents/wake/computer/start", nil, 200, nil)
+	size := fillHome(b, e.homeOf(b, "wake"), 1<<30)
+	// The baseline's archive: the home as computerd archives it.
+	plain := filepath.Join(b.TempDir(), "home.tar.zst")
+	if out, err := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -c > "$2"`, "sh", e.homeOf(b, "wake"), plain).CombinedOutput(); err != nil {
+		b.Fatalf("tar | zstd: %v: %s", err, out)
+	}
+	e.mustCall("POST", "/v1/agents/wake/computer/stop", nil, 200, nil)
+	var ours, base []time.Duration
+	for i := 0; b.Loop(); i++ {
+		timeBase := func() {
+			into := b.TempDir()
+			t0 := time.Now()
+			cmd := exec.Command("sh", "-c", `zstd -d -q -c "$1" | tar -C "$2" -xf -`, "sh", plain, into)
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("zstd -d | tar -x: %v: %s", err, msg)
+			}
+			base = append(base, time.Since(t0))
+			os.RemoveAll(into)
+		}
+		timeOurs := func() {
+			t0 := time.Now()
+			e.mustCall("POST", "/v1/agents/wake/computer/start", nil, 200, nil)
+			e.mustCall("POST", "/v1/agents/wake/computer/exec", map[string]any{"command": "true"}, 200, nil)
+			ours = append(ours, time.Since(t0))
+			e.mustCall("POST", "/v1/agents/wake/computer/stop", nil, 200, nil)
+		}
+		if i%2 == 0 {
+			timeBase()
+			timeOurs()
+		} else {
+			timeOurs()
+			timeBase()
+		}
+	}
+	o, r := medianOf(ours), medianOf(base)
+	b.ReportMetric(o.Seconds(), "wake-s")
+	b.ReportMetric(r.Seconds(), "base-zstd-tar-x-s")
+	b.ReportMetric(o.Seconds()/r.Seconds(), "ratio")
+	b.ReportMetric(float64(size)/1e6/o.Seconds(), "wake-MB/s")
+	b.ReportMetric(0, "ns/op")
+}
