@@ -134,11 +134,9 @@ func (s *Service) homeOf(ctx context.Context, c store.Connection, checkpoint str
 // started finishes a start whose machine runs: a persistent computer is
 // woken before the start answers.
 func (s *Service) started(ctx context.Context, x store.Session) (SessionView, error) {
-	if x.Home == store.HomeWake {
-		var err error
-		if x, err = s.wake(ctx, x); err != nil {
-			return SessionView{}, err
-		}
+	x, err := s.woken(ctx, x)
+	if err != nil {
+		return SessionView{}, err
 	}
 	return s.view(x), nil
 }
@@ -391,21 +389,39 @@ func (s *Service) archiveAtEnd(ctx context.Context, x store.Session) (store.Sess
 }
 
 // touch moves a running persistent session's sleep time on a tool call.
+// The calls within touchEvery of one this process recorded neither read
+// the connection nor write the session.
 func (s *Service) touch(ctx context.Context, x store.Session) {
 	if x.SleepAt.IsZero() {
+		return
+	}
+	now := s.clk.Now()
+	if last, ok := s.touched.Load(x.ID); ok && now.Sub(last.(time.Time)) < touchEvery {
 		return
 	}
 	c, err := s.st.GetConnection(ctx, x.AgentID)
 	if err != nil {
 		return
 	}
-	next := s.clk.Now().Add(time.Duration(c.IdleSleepSeconds) * time.Second)
+	s.touched.Store(x.ID, now)
+	next := now.Add(time.Duration(c.IdleSleepSeconds) * time.Second)
 	if next.Sub(x.SleepAt) < touchEvery {
 		return
 	}
 	if err := s.st.TouchSession(ctx, x.ID, next); err != nil {
 		s.log.Warn("record tool call time", "session", x.ID, "err", err)
 	}
+}
+
+// forgetTouches drops the tool call times older than touchEvery, which
+// spare nothing any more.
+func (s *Service) forgetTouches(now time.Time) {
+	s.touched.Range(func(id, last any) bool {
+		if now.Sub(last.(time.Time)) >= touchEvery {
+			s.touched.Delete(id)
+		}
+		return true
+	})
 }
 
 func archiveView(a store.Archive) api.Archive {

@@ -623,8 +623,13 @@ func (s *Service) Reap(ctx context.Context) {
 			s.cleanup(ctx, x)
 		}
 	}
-	s.resolveOrphans(ctx)
-	s.resumeCleanups(ctx)
+	// One listing for both: starts and cleanups whose supervisor died.
+	if open, err := s.st.SessionsByState(ctx, store.StateStarting, store.StateStopping); err != nil {
+		s.log.Warn("reaper: list starting and stopping sessions", "err", err)
+	} else {
+		s.resolveOrphans(ctx, open)
+		s.resumeCleanups(ctx, open)
+	}
 	// Records live a day: deleting the expired ones once a minute is enough.
 	// A lapsed viewer seat counts for nothing, and taking a seat drops its
 	// desktop's lapsed ones; the purge clears those of desktops nobody
@@ -634,6 +639,7 @@ func (s *Service) Reap(ctx context.Context) {
 		if n, err := s.st.PurgeCalls(ctx, now.Add(-store.CallTTL)); err == nil && n > 0 {
 			s.log.Debug("purged call records", "n", n)
 		}
+		s.forgetTouches(now)
 		if n, err := s.st.PurgeSeats(ctx, now); err != nil {
 			s.log.Warn("purge viewer seats", "err", err)
 		} else if n > 0 {
@@ -660,14 +666,11 @@ func (s *Service) claim(ctx context.Context, x store.Session, d time.Duration) b
 // whose supervisor died, rather than when their next try was due: a
 // persistent computer's archive is then made while its machine is still
 // there, and no machine outlives its session by more than a reaper pass.
-func (s *Service) resumeCleanups(ctx context.Context) {
-	stopping, err := s.st.SessionsByState(ctx, store.StateStopping)
-	if err != nil || len(stopping) == 0 {
-		return
-	}
+// open holds the sessions to look at; only the stopping ones are.
+func (s *Service) resumeCleanups(ctx context.Context, open []store.Session) {
 	now := s.clk.Now()
-	for _, x := range stopping {
-		if x.Owner == s.instance || x.Owner == "" || !now.Before(x.NextCleanupAt) || ctx.Err() != nil {
+	for _, x := range open {
+		if x.State != store.StateStopping || x.Owner == s.instance || x.Owner == "" || !now.Before(x.NextCleanupAt) || ctx.Err() != nil {
 			continue // ours, or due anyway
 		}
 		alive, err := s.st.InstanceAlive(ctx, x.Owner, now.Add(-InstanceTTL))
@@ -688,14 +691,14 @@ func (s *Service) resumeCleanups(ctx context.Context) {
 // resolveOrphans settles starting sessions whose supervisor died mid-create:
 // a machine found by the attempt label is adopted; otherwise the session is
 // uncertain, and no other machine is created until a person confirms.
-func (s *Service) resolveOrphans(ctx context.Context) {
-	starting, err := s.st.SessionsByState(ctx, store.StateStarting)
-	if err != nil || len(starting) == 0 {
-		return
-	}
+// open holds the sessions to look at; only the starting ones are.
+func (s *Service) resolveOrphans(ctx context.Context, open []store.Session) {
 	now := s.clk.Now()
 	var listed map[string][]providers.Machine // by provider
-	for _, x := range starting {
+	for _, x := range open {
+		if x.State != store.StateStarting {
+			continue
+		}
 		if x.Owner == s.instance && now.Before(x.ClaimUntil) {
 			continue // our own start, still running
 		}

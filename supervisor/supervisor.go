@@ -113,6 +113,7 @@ type Service struct {
 	deployment string
 
 	waking    sync.Map  // session id -> *sync.Mutex, for wakes (persist.go)
+	touched   sync.Map  // session id -> time of its last tool call recorded here (persist.go)
 	lastSweep time.Time // of the archive objects, under reapMu
 }
 

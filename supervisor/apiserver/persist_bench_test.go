@@ -103,31 +103,17 @@ func BenchmarkSleep1GiB(b *testing.B) {
 	home := e.homeOf(b, "sleep")
 	size := fillHome(b, home, 1<<30)
 	out := filepath.Join(b.TempDir(), "base.tar.zst")
-	var ours, base []time.Duration
 	var a api.Archive
-	for i := 0; b.Loop(); i++ {
-		timeBase := func() {
-			t0 := time.Now()
-			cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -c > "$2"`, "sh", home, out)
-			if msg, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("tar | zstd: %v: %s", err, msg)
-			}
-			base = append(base, time.Since(t0))
+	ours, base := alternate(b, func() {
+		e.mustCall("POST", "/v1/agents/sleep/computer/checkpoints", map[string]any{"name": "bench"}, 200, &a)
+	}, func() {
+		cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -c > "$2"`, "sh", home, out)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("tar | zstd: %v: %s", err, msg)
 		}
-		timeOurs := func() {
-			t0 := time.Now()
-			e.mustCall("POST", "/v1/agents/sleep/computer/checkpoints", map[string]any{"name": "bench"}, 200, &a)
-			ours = append(ours, time.Since(t0))
-			e.mustCall("DELETE", "/v1/agents/sleep/computer/checkpoints/bench", nil, 200, nil)
-		}
-		if i%2 == 0 {
-			timeBase()
-			timeOurs()
-		} else {
-			timeOurs()
-			timeBase()
-		}
-	}
+	}, func() {
+		e.mustCall("DELETE", "/v1/agents/sleep/computer/checkpoints/bench", nil, 200, nil)
+	})
 	o, r := medianOf(ours), medianOf(base)
 	if fi, err := os.Stat(out); err == nil {
 		b.Logf("home %d bytes; our archive %d bytes (before sealing), tar | zstd -1 %d", size, a.Bytes, fi.Size())
@@ -187,6 +173,27 @@ func BenchmarkCheckpointExec(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// alternate times ours and base once each per loop of b, the first of the
+// pair swapping every loop, and runs after (untimed) after each pair.
+func alternate(b *testing.B, ours, base, after func()) (o, r []time.Duration) {
+	timed := func(f func(), into *[]time.Duration) {
+		t0 := time.Now()
+		f()
+		*into = append(*into, time.Since(t0))
+	}
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			timed(base, &r)
+			timed(ours, &o)
+		} else {
+			timed(ours, &o)
+			timed(base, &r)
+		}
+		after()
+	}
+	return o, r
+}
+
 func medianOf(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -213,33 +220,22 @@ func BenchmarkWake1GiB(b *testing.B) {
 		b.Fatalf("tar | zstd: %v: %s", err, out)
 	}
 	e.mustCall("POST", "/v1/agents/wake/computer/stop", nil, 200, nil)
-	var ours, base []time.Duration
-	for i := 0; b.Loop(); i++ {
-		timeBase := func() {
-			into := b.TempDir()
-			t0 := time.Now()
-			cmd := exec.Command("sh", "-c", `zstd -d -q -c "$1" | tar -C "$2" -xf -`, "sh", plain, into)
-			if msg, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("zstd -d | tar -x: %v: %s", err, msg)
-			}
-			base = append(base, time.Since(t0))
-			os.RemoveAll(into)
+	into := filepath.Join(b.TempDir(), "into")
+	ours, base := alternate(b, func() {
+		e.mustCall("POST", "/v1/agents/wake/computer/start", nil, 200, nil)
+		e.mustCall("POST", "/v1/agents/wake/computer/exec", map[string]any{"command": "true"}, 200, nil)
+	}, func() {
+		if err := os.MkdirAll(into, 0o755); err != nil {
+			b.Fatal(err)
 		}
-		timeOurs := func() {
-			t0 := time.Now()
-			e.mustCall("POST", "/v1/agents/wake/computer/start", nil, 200, nil)
-			e.mustCall("POST", "/v1/agents/wake/computer/exec", map[string]any{"command": "true"}, 200, nil)
-			ours = append(ours, time.Since(t0))
-			e.mustCall("POST", "/v1/agents/wake/computer/stop", nil, 200, nil)
+		cmd := exec.Command("sh", "-c", `zstd -d -q -c "$1" | tar -C "$2" -xf -`, "sh", plain, into)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("zstd -d | tar -x: %v: %s", err, msg)
 		}
-		if i%2 == 0 {
-			timeBase()
-			timeOurs()
-		} else {
-			timeOurs()
-			timeBase()
-		}
-	}
+	}, func() {
+		e.mustCall("POST", "/v1/agents/wake/computer/stop", nil, 200, nil)
+		os.RemoveAll(into)
+	})
 	o, r := medianOf(ours), medianOf(base)
 	b.ReportMetric(o.Seconds(), "wake-s")
 	b.ReportMetric(r.Seconds(), "base-zstd-tar-x-s")
