@@ -4,7 +4,8 @@ package computerd
 // folder leaves the computer as one stream and comes back into a new one.
 //
 // The stream is a tar archive (POSIX pax) compressed with zstd, format
-// ArchiveFormat. It holds the home's contents, not the home folder itself,
+// ArchiveFormat: a series of zstd frames of up to 2 MiB of the tar each,
+// which computerd compresses side by side on the computer's cores. It holds the home's contents, not the home folder itself,
 // with relative names ("notes/a.txt", "notes/"), numeric owners (uid and
 // gid, no names), permissions, nanosecond modification times, symbolic
 // links as links (never followed) and hard links as links. Sparse files are
@@ -24,7 +25,8 @@ package computerd
 // SHA-256 among it), or ArchiveErrorTrailer when the archive failed after
 // the answer began. The client hashes what it receives and fails the call
 // when the trailer is missing, reports an error, or disagrees. A stream
-// cut short also fails to restore: its zstd frame or tar end is missing.
+// cut short also fails to restore: a zstd frame or the tar's end is
+// missing.
 // Proxies on the way to a hosted computer may drop trailers, so the answer
 // also names the archive (ArchiveIDHeader), and GET ArchiveOutcomePath
 // with ?id= gives the same outcome once the stream has ended (computerd

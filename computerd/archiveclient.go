@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"net/url"
@@ -39,6 +40,20 @@ func (e *errWriter) Write(p []byte) (int, error) {
 // Without a deadline in ctx, the archive ends when computerd sends
 // nothing, or does not answer, for the client's call timeout.
 func (c *Client) Archive(ctx context.Context, w io.Writer) (ArchiveInfo, error) {
+	return c.ArchiveWith(ctx, w, ArchiveOptions{})
+}
+
+// ArchiveOptions tune ArchiveWith.
+type ArchiveOptions struct {
+	// Unhashed leaves the SHA-256 of the bytes w received to the caller,
+	// for a w that hashes them anyway: the client checks only their
+	// count against computerd's, and the caller must compare its own
+	// SHA-256 with the returned ArchiveInfo's before it keeps them.
+	Unhashed bool
+}
+
+// ArchiveWith is Archive with options.
+func (c *Client) ArchiveWith(ctx context.Context, w io.Writer, opts ArchiveOptions) (ArchiveInfo, error) {
 	const method, path = http.MethodGet, "/v1/archive"
 	wd := c.watch(ctx, fmt.Errorf("no progress within %s, the client's limit on an archive's silence when its context has no deadline: %w", c.callTimeout, context.DeadlineExceeded))
 	defer wd.stop()
@@ -54,10 +69,18 @@ func (c *Client) Archive(ctx context.Context, w io.Writer) (ArchiveInfo, error) 
 	if wd.timer != nil {
 		body = &progressReader{r: body, w: wd}
 	}
-	h := sha256.New()
 	dst := &errWriter{w: w}
-	n, err := io.Copy(io.MultiWriter(dst, h), body)
-	got := ArchiveInfo{Format: ArchiveFormat, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	var h hash.Hash
+	var sink io.Writer = dst
+	if !opts.Unhashed {
+		h = sha256.New()
+		sink = io.MultiWriter(dst, h)
+	}
+	n, err := io.Copy(sink, body)
+	got := ArchiveInfo{Format: ArchiveFormat, Bytes: n}
+	if h != nil {
+		got.SHA256 = hex.EncodeToString(h.Sum(nil))
+	}
 	if dst.err != nil {
 		return got, fmt.Errorf("computerd %s %s: writing the archive after %d bytes: %w", method, path, n, dst.err)
 	}
@@ -96,7 +119,7 @@ func (c *Client) Archive(ctx context.Context, w io.Writer) (ArchiveInfo, error) 
 		}
 		info = *out.Info
 	}
-	if info.Bytes != got.Bytes || !strings.EqualFold(info.SHA256, got.SHA256) {
+	if info.Bytes != got.Bytes || (h != nil && !strings.EqualFold(info.SHA256, got.SHA256)) {
 		return got, fmt.Errorf("computerd %s %s: received %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
 			method, path, got.Bytes, got.SHA256, info.Bytes, info.SHA256, ErrArchiveIncomplete)
 	}

@@ -282,15 +282,24 @@ func (s *Service) archiveHome(ctx context.Context, x store.Session, name string,
 	pr, pw := io.Pipe()
 	made := make(chan error, 1)
 	var info computerd.ArchiveInfo
+	// A sealed store hashes what it stores: the client need not hash it
+	// again, and the store's SHA-256 is checked against computerd's below.
+	_, sealed := s.cfg.Objects.(*objstore.Encrypted)
 	go func() {
 		var err error
-		info, err = c.Archive(ctx, &capWriter{w: pw, left: s.cfg.MaxArchiveBytes})
+		info, err = c.ArchiveWith(ctx, &capWriter{w: pw, left: s.cfg.MaxArchiveBytes}, computerd.ArchiveOptions{Unhashed: sealed})
 		pw.CloseWithError(err) // nil: io.EOF, the stream is whole
 		made <- err
 	}()
-	_, perr := s.cfg.Objects.Put(ctx, key, pr, map[string]string{"agent": x.AgentID, "session": x.ID})
+	stored, perr := s.cfg.Objects.Put(ctx, key, pr, map[string]string{"agent": x.AgentID, "session": x.ID})
 	pr.CloseWithError(errors.Join(perr, io.ErrClosedPipe))
 	aerr := <-made
+	if aerr == nil && perr == nil && sealed && !strings.EqualFold(stored.Metadata[objstore.MetaSHA256], info.SHA256) {
+		aerr = fmt.Errorf("the supervisor stored %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
+			stored.Size, stored.Metadata[objstore.MetaSHA256], info.Bytes, info.SHA256, computerd.ErrArchiveIncomplete)
+		s.dropObject(ctx, key)
+		return store.Archive{}, fmt.Errorf("archive from the computer: %w", aerr)
+	}
 	if aerr != nil || perr != nil {
 		if perr == nil {
 			s.dropObject(ctx, key)

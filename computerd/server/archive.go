@@ -15,14 +15,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/berthdev/berth/computerd"
@@ -148,19 +146,11 @@ func (hw *hashWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// newEncoder returns the archive's zstd encoder: the fastest level, its
-// blocks compressed beside the walk when there is more than one core.
-func newEncoder(w io.Writer) (*zstd.Encoder, error) {
-	return zstd.NewWriter(w,
-		zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderConcurrency(min(runtime.GOMAXPROCS(0), 4)))
-}
-
 // writeArchive writes the archive of home's contents to out. The stream
 // is complete only when it returns no error; otherwise it stops where
-// the error was, without the tar or zstd ending.
+// the error was, without the tar's end, which a restore requires.
 func writeArchive(ctx context.Context, out io.Writer, home string) (computerd.ArchiveInfo, error) {
-	enc, err := newEncoder(out)
+	enc, err := newZstdFrames(out)
 	if err != nil {
 		return computerd.ArchiveInfo{}, err
 	}
@@ -179,9 +169,7 @@ func writeArchive(ctx context.Context, out io.Writer, home string) (computerd.Ar
 	if err == nil {
 		err = enc.Close()
 	} else {
-		// Release the encoder without ending the stream.
-		enc.Reset(io.Discard)
-		enc.Close()
+		enc.Abort()
 	}
 	return a.info, err
 }
@@ -194,7 +182,7 @@ type archiver struct {
 	ctx   context.Context
 	home  string
 	dev   uint64 // the home's filesystem
-	enc   *zstd.Encoder
+	enc   *zstdFrames
 	tw    *tar.Writer
 	links map[fileKey]string // first name of each file with several
 	buf   []byte

@@ -86,7 +86,7 @@ func benchFolder(b *testing.B) (string, int64) {
 }
 
 // benchServer serves computerd on home for a benchmark.
-func benchServer(b *testing.B, home string) *computerd.Client {
+func benchServer(b testing.TB, home string) *computerd.Client {
 	d, err := token.NewDeriver(testSecret)
 	if err != nil {
 		b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -570,6 +571,10 @@ func TestRestoreRefusesCorruptStreams(t *testing.T) {
 		{"garbage after", append(bytes.Clone(good), []byte("garbage after the stream")...)},
 		{"not zstd", plainTar.Bytes()},
 		{"empty", nil},
+		// Whole zstd frames of a tar without its end, as a stream of
+		// frames cut between two of them is.
+		{"cut between frames after an entry", tarFrames(t, false)},
+		{"cut between frames in the tar's end", tarFrames(t, true)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newHostile(t)
@@ -595,6 +600,58 @@ func TestRestoreRefusesCorruptStreams(t *testing.T) {
 		}
 		noStaging(t, s.h.home)
 	})
+}
+
+// tarFrames returns a tar of two files, cut after the second (or after
+// the first of the two zero blocks that end it, with oneZero), as two
+// whole zstd frames.
+func tarFrames(t *testing.T, oneZero bool) []byte {
+	t.Helper()
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	for _, name := range []string{"a.txt", "b.txt"} {
+		data := strings.Repeat(name, 1000)
+		mustDo(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}))
+		_, err := io.WriteString(tw, data)
+		mustDo(t, err)
+	}
+	mustDo(t, tw.Flush())
+	body := raw.Bytes()
+	if oneZero {
+		body = append(body, make([]byte, 512)...)
+	}
+	enc, err := zstd.NewWriter(nil)
+	mustDo(t, err)
+	defer enc.Close()
+	half := len(body) / 2 / 512 * 512
+	return enc.EncodeAll(body[half:], enc.EncodeAll(body[:half], nil))
+}
+
+// TestArchiveIsFrames checks that a home larger than a frame leaves as
+// several zstd frames that `zstd -d | tar -t` reads whole.
+func TestArchiveIsFrames(t *testing.T) {
+	h := newHarness(t)
+	writeRandom(t, filepath.Join(h.home, "big.bin"), 3*frameBytes+12345, 1)
+	mustDo(t, os.WriteFile(filepath.Join(h.home, "after.txt"), []byte("after"), 0o644))
+	path, info := archiveTo(t, h)
+	data, err := os.ReadFile(path)
+	mustDo(t, err)
+	if frames := bytes.Count(data, []byte{0x28, 0xb5, 0x2f, 0xfd}); frames < 4 {
+		t.Errorf("the archive holds %d zstd frame magics, want at least 4", frames)
+	}
+	if info.Bytes != int64(len(data)) {
+		t.Errorf("info says %d bytes, the file has %d", info.Bytes, len(data))
+	}
+	if _, err := exec.LookPath("zstd"); err != nil {
+		t.Fatalf("this test reads the archive with the zstd command: %v", err)
+	}
+	out, err := exec.Command("sh", "-c", `zstd -d -q -c "$1" | tar -tf -`, "sh", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("zstd -d | tar -t: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); !slices.Contains(got, "big.bin") || !slices.Contains(got, "after.txt") {
+		t.Errorf("zstd -d | tar -t lists %q", got)
+	}
 }
 
 // TestRestoreFailingLateLeavesTheHome fails a restore after the archive is

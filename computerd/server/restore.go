@@ -34,7 +34,7 @@ import (
 
 const (
 	// decoderMaxWindow bounds the zstd window a restore accepts (the
-	// archive's encoder uses 4 MiB; zstd -1 up to 8 MiB at most sizes).
+	// archive's frames use 2 MiB; zstd -1 up to 8 MiB at most sizes).
 	decoderMaxWindow = 64 << 20
 	// maxTrailingBytes bounds what may follow the tar's end inside the
 	// zstd stream: zero blocks, as tar pads its records.
@@ -346,7 +346,7 @@ func (x *extractor) extract(in io.Reader) error {
 		return err
 	}
 	defer dec.Close()
-	tr := tar.NewReader(dec)
+	tr := tar.NewReader(endRequired{dec})
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -377,6 +377,21 @@ func (x *extractor) extract(in io.Reader) error {
 		}
 	}
 	return nil
+}
+
+// endRequired makes the end of the stream unexpected to the tar reader,
+// which otherwise takes a stream that stops between two entries for a
+// whole archive. The archive is a series of zstd frames, so a stream cut
+// between frames decompresses without error: only the tar's own end (two
+// zero blocks) marks it whole.
+type endRequired struct{ r io.Reader }
+
+func (e endRequired) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
 }
 
 var errNotZero = errors.New("not zero")

@@ -33,8 +33,10 @@ import (
 //
 // The SHA-256 of the plaintext is returned by Put in Metadata[MetaSHA256],
 // for the caller to record beside its own record of the object; the
-// stored object carries it inside its sealed last chunk, where the reader
-// checks it. Stat and List report the plaintext's size.
+// stored object carries it inside its sealed last chunk. The reader checks
+// the length there but does not hash the plaintext again: every chunk's
+// tag already authenticates its bytes, its place and whether it is the
+// last. Stat and List report the plaintext's size.
 type Encrypted struct {
 	inner     Store
 	box       *secrets.Box
@@ -224,8 +226,9 @@ type encryptor struct {
 	idx    uint64
 	hash   hash.Hash
 	size   int64
-	ended  bool // the final chunk is in out
-	done   bool // and was read
+	err    error // the source's error, once met
+	ended  bool  // the final chunk is in out
+	done   bool  // and was read
 	sum    []byte
 }
 
@@ -256,18 +259,35 @@ func (e *Encrypted) newEncryptor(key string, src io.Reader) (*encryptor, error) 
 	return enc, nil
 }
 
+// Read fills p with as many sealed chunks as it holds, so that a large
+// buffer is written to the store in large writes.
 func (w *encryptor) Read(p []byte) (int, error) {
-	for len(w.out) == 0 {
-		if w.ended {
-			w.done = true
-			return 0, io.EOF
-		}
-		if err := w.next(); err != nil {
-			return 0, err
-		}
+	if w.err != nil {
+		return 0, w.err
 	}
-	n := copy(p, w.out)
-	w.out = w.out[n:]
+	n := 0
+	for n < len(p) {
+		if len(w.out) == 0 {
+			if w.ended {
+				if n == 0 {
+					w.done = true
+					return 0, io.EOF
+				}
+				break
+			}
+			if err := w.next(); err != nil {
+				w.err = err // answered by the next Read
+				break
+			}
+			continue
+		}
+		k := copy(p[n:], w.out)
+		w.out = w.out[k:]
+		n += k
+	}
+	if n == 0 && w.err != nil {
+		return 0, w.err
+	}
 	return n, nil
 }
 
@@ -313,13 +333,12 @@ type decryptor struct {
 	adBuf  []byte
 	nonce  [12]byte
 	idx    uint64
-	hash   hash.Hash
 	size   int64
 	err    error // sticky: io.EOF once the object checked out
 }
 
 func (e *Encrypted) newDecryptor(key string, src io.ReadCloser) (*decryptor, error) {
-	d := &decryptor{key: key, src: src, hash: sha256.New()}
+	d := &decryptor{key: key, src: src}
 	pre := make([]byte, len(encMagic)+1+4+2)
 	if _, err := io.ReadFull(src, pre); err != nil {
 		return nil, d.fail(err, "its header is cut short")
@@ -379,7 +398,7 @@ func (d *decryptor) Read(p []byte) (int, error) {
 }
 
 // next opens the next frame into out; after the final frame it checks the
-// length, the SHA-256 and the end of the stream, and returns io.EOF.
+// length and the end of the stream, and returns io.EOF.
 func (d *decryptor) next() error {
 	head := d.buf[:frameHead]
 	if _, err := io.ReadFull(d.src, head); err != nil {
@@ -403,16 +422,12 @@ func (d *decryptor) next() error {
 	}
 	d.idx++
 	if flag == flagData {
-		d.hash.Write(pt)
 		d.size += int64(len(pt))
 		d.out = pt
 		return nil
 	}
 	if size := int64(binary.BigEndian.Uint64(pt)); size != d.size {
 		return d.tampered(fmt.Sprintf("it holds %d bytes but was written with %d", d.size, size))
-	}
-	if !bytes.Equal(d.hash.Sum(nil), pt[8:]) {
-		return d.tampered("its SHA-256 does not match")
 	}
 	var one [1]byte
 	if k, err := io.ReadFull(d.src, one[:]); k > 0 {

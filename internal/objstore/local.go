@@ -108,7 +108,7 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, meta map[strin
 	if _, err := f.Write(hdr); err != nil {
 		return Info{}, fmt.Errorf("objstore: put %s: %w", key, err)
 	}
-	n, err := io.Copy(f, ctxReader{ctx, r})
+	n, err := io.CopyBuffer(&writeBehind{f: f, off: int64(len(hdr))}, ctxReader{ctx, r}, make([]byte, copyBytes))
 	if err != nil {
 		return Info{}, fmt.Errorf("objstore: put %s: after %d bytes: %w", key, n, err)
 	}
@@ -361,6 +361,33 @@ func (l *Local) sweep(cutoff time.Time) {
 		}
 		return nil
 	})
+}
+
+const (
+	// copyBytes is the buffer an object's bytes are written through.
+	copyBytes = 1 << 20
+	// writebackBytes is how much is written between two requests to the
+	// kernel to start writing to disk.
+	writebackBytes = 8 << 20
+)
+
+// writeBehind writes to f and has the kernel start writing each
+// writebackBytes to disk as they come, so that the disk works while the
+// object streams in rather than all at the final Sync.
+type writeBehind struct {
+	f       *os.File
+	off     int64 // where the next write lands
+	flushed int64 // the end of what the kernel was asked to write
+}
+
+func (w *writeBehind) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.off += int64(n)
+	if w.off-w.flushed >= writebackBytes {
+		startWriteback(w.f, w.flushed, w.off-w.flushed)
+		w.flushed = w.off
+	}
+	return n, err
 }
 
 func syncDir(dir string) error {

@@ -2,7 +2,9 @@ package apiserver_test
 
 import (
 	"context"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +26,7 @@ type homeEnv struct {
 	objects string
 }
 
-func newHomeEnv(t testing.TB) *homeEnv {
+func newHomeEnv(t testing.TB, opts ...func(*supervisor.Config)) *homeEnv {
 	t.Helper()
 	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))
 	if err != nil {
@@ -47,7 +49,12 @@ func newHomeEnv(t testing.TB) *homeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, st, func(c *supervisor.Config) { c.Objects = enc })
+	e := newEnvWith(t, st, func(c *supervisor.Config) {
+		c.Objects = enc
+		for _, o := range opts {
+			o(c)
+		}
+	})
 	return &homeEnv{env: e, objects: dir}
 }
 
@@ -320,6 +327,57 @@ func TestTamperedArchive(t *testing.T) {
 	}
 	if c, d := e.fake.Counts(); c != d {
 		t.Fatalf("creates %d, destroys %d: a machine was left", c, d)
+	}
+}
+
+// flipper alters one byte in the middle of every archive computerd sends,
+// keeping its length, as a faulty link on the way could.
+type flipper struct{ next http.RoundTripper }
+
+func (f flipper) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := f.next.RoundTrip(r)
+	if err != nil || r.Method != http.MethodGet || r.URL.Path != "/v1/archive" {
+		return resp, err
+	}
+	resp.Body = &flipBody{ReadCloser: resp.Body, at: 20000}
+	return resp, nil
+}
+
+type flipBody struct {
+	io.ReadCloser
+	at, n int64
+}
+
+func (b *flipBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	if i := b.at - b.n; i >= 0 && i < int64(k) {
+		p[i] ^= 0x01
+	}
+	b.n += int64(k)
+	return k, err
+}
+
+// TestArchiveAlteredOnTheWay: an archive that reaches the supervisor with
+// a byte changed (its length right) is not kept: the checkpoint fails,
+// and no object or record is left. The sealed store's SHA-256 is what
+// catches it, compared with computerd's.
+func TestArchiveAlteredOnTheWay(t *testing.T) {
+	e := newHomeEnv(t, func(c *supervisor.Config) {
+		c.HTTPClient = &http.Client{Transport: flipper{next: http.DefaultTransport}}
+	})
+	e.connectHome("f", nil)
+	e.mustCall("POST", "/v1/agents/f/computer/start", nil, 200, nil)
+	e.exec("f", "head -c 300000 /dev/urandom > data.bin")
+	if st, _ := e.call("POST", "/v1/agents/f/computer/checkpoints", map[string]any{"name": "v1"}, nil); st < 500 {
+		t.Fatalf("checkpoint of an archive altered on the way: status %d, want a failure", st)
+	}
+	var list api.Checkpoints
+	e.mustCall("GET", "/v1/agents/f/computer/checkpoints", nil, 200, &list)
+	if len(list.Checkpoints) != 0 {
+		t.Fatalf("checkpoints = %+v, want none", list.Checkpoints)
+	}
+	if files := e.objectFiles(); len(files) != 0 {
+		t.Fatalf("object files left: %v", files)
 	}
 }
 
