@@ -28,10 +28,14 @@ type S3Config struct {
 	// Prefix is put before every key, so that several users can share a
 	// bucket: "" or a path ending in '/'.
 	Prefix string
-	// PartSize is the size of the parts of a multipart upload, and so the
-	// memory one Put holds: DefaultPartSize when 0, at least 5 MiB. An
-	// object may have 10,000 parts.
+	// PartSize is the size of the parts of a multipart upload:
+	// DefaultPartSize when 0, at least 5 MiB. An object may have 10,000
+	// parts.
 	PartSize uint64
+	// Uploads is how many parts of one Put are read and uploaded at once,
+	// so that the stream goes on while a part uploads: DefaultUploads
+	// when 0. One Put holds Uploads*PartSize bytes.
+	Uploads int
 	// OpTimeout bounds the calls that do not stream (Stat, Delete, List,
 	// the start of Get) when their context has no earlier deadline:
 	// DefaultOpTimeout when 0. Streams are bounded by their context and by
@@ -45,6 +49,7 @@ type S3Config struct {
 // Defaults of S3Config.
 const (
 	DefaultPartSize  = 16 << 20
+	DefaultUploads   = 3
 	DefaultOpTimeout = 30 * time.Second
 	minPartSize      = 5 << 20
 )
@@ -86,6 +91,12 @@ func NewS3(cfg S3Config) (*S3, error) {
 	}
 	if cfg.PartSize == 0 {
 		cfg.PartSize = DefaultPartSize
+	}
+	if cfg.Uploads == 0 {
+		cfg.Uploads = DefaultUploads
+	}
+	if cfg.Uploads < 1 || cfg.Uploads > 64 {
+		return nil, fmt.Errorf("%w: %d uploads at once: want 1 to 64", ErrSettings, cfg.Uploads)
 	}
 	if cfg.PartSize < minPartSize {
 		return nil, fmt.Errorf("%w: part size %d is below 5 MiB", ErrSettings, cfg.PartSize)
@@ -188,6 +199,9 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, meta map[string]s
 		UserMetadata: meta,
 		ContentType:  "application/octet-stream",
 		PartSize:     s.cfg.PartSize,
+		// With more than one, parts are read and uploaded side by side.
+		ConcurrentStreamParts: s.cfg.Uploads > 1,
+		NumThreads:            uint(s.cfg.Uploads),
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/internal/miniotest"
+	"github.com/berthdev/berth/internal/objstore"
+	"github.com/berthdev/berth/supervisor"
 )
 
 // The persistence benchmarks run the supervisor's own path (computerd's
@@ -241,5 +245,61 @@ func BenchmarkWake1GiB(b *testing.B) {
 	b.ReportMetric(r.Seconds(), "base-zstd-tar-x-s")
 	b.ReportMetric(o.Seconds()/r.Seconds(), "ratio")
 	b.ReportMetric(float64(size)/1e6/o.Seconds(), "wake-MB/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkSleepWakeS3 times the sleep path (a checkpoint, which archives
+// as a sleep does) and the wake (a start from that checkpoint until the
+// first exec answers) of a 256 MB mixed home with its archives sealed in a
+// real MinIO bucket on loopback, against the same two with the local
+// store, in the same run.
+func BenchmarkSleepWakeS3(b *testing.B) {
+	srv := miniotest.Start(b)
+	tr := &http.Transport{}
+	b.Cleanup(tr.CloseIdleConnections)
+	bucket, err := objstore.NewS3(objstore.S3Config{
+		Endpoint: srv.Endpoint, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+		Bucket: srv.Bucket, Prefix: "bench/", Transport: tr,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s3 := newHomeEnv(b, func(c *supervisor.Config) { c.Objects = sealed(b, bucket) })
+	local := newHomeEnv(b)
+	var size int64
+	for _, e := range []*homeEnv{s3, local} {
+		e.connectHome("s", map[string]any{"maxCheckpoints": 1})
+		e.mustCall("POST", "/v1/agents/s/computer/start", nil, 200, nil)
+		size = fillHome(b, e.homeOf(b, "s"), 256<<20)
+	}
+	var sleeps, wakes [2][]time.Duration
+	round := func(i int, e *homeEnv) {
+		t0 := time.Now()
+		e.mustCall("POST", "/v1/agents/s/computer/checkpoints", map[string]any{"name": "b"}, 200, nil)
+		sleeps[i] = append(sleeps[i], time.Since(t0))
+		e.mustCall("POST", "/v1/agents/s/computer/stop", nil, 200, nil)
+		t0 = time.Now()
+		e.mustCall("POST", "/v1/agents/s/computer/start", map[string]any{"checkpoint": "b"}, 200, nil)
+		e.mustCall("POST", "/v1/agents/s/computer/exec", map[string]any{"command": "true"}, 200, nil)
+		wakes[i] = append(wakes[i], time.Since(t0))
+		e.mustCall("DELETE", "/v1/agents/s/computer/checkpoints/b", nil, 200, nil)
+	}
+	for n := 0; b.Loop(); n++ {
+		if n%2 == 0 {
+			round(0, s3)
+			round(1, local)
+		} else {
+			round(1, local)
+			round(0, s3)
+		}
+	}
+	mbs := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
+	ss, ls, sw, lw := medianOf(sleeps[0]), medianOf(sleeps[1]), medianOf(wakes[0]), medianOf(wakes[1])
+	b.ReportMetric(ss.Seconds(), "s3-sleep-s")
+	b.ReportMetric(ls.Seconds(), "base-local-sleep-s")
+	b.ReportMetric(mbs(ss), "s3-sleep-MB/s")
+	b.ReportMetric(sw.Seconds(), "s3-wake-s")
+	b.ReportMetric(lw.Seconds(), "base-local-wake-s")
+	b.ReportMetric(mbs(sw), "s3-wake-MB/s")
 	b.ReportMetric(0, "ns/op")
 }

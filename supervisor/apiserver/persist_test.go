@@ -37,6 +37,19 @@ func newHomeEnv(t testing.TB, opts ...func(*supervisor.Config)) *homeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	enc := sealed(t, local)
+	e := newEnvWith(t, st, func(c *supervisor.Config) {
+		c.Objects = enc
+		for _, o := range opts {
+			o(c)
+		}
+	})
+	return &homeEnv{env: e, objects: dir}
+}
+
+// sealed returns inner behind the encryption layer, with a new key.
+func sealed(t testing.TB, inner objstore.Store) *objstore.Encrypted {
+	t.Helper()
 	key, err := secrets.LoadOrCreateKeyFile(filepath.Join(t.TempDir(), "secret.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,17 +58,11 @@ func newHomeEnv(t testing.TB, opts ...func(*supervisor.Config)) *homeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enc, err := objstore.NewEncrypted(local, box)
+	enc, err := objstore.NewEncrypted(inner, box)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, st, func(c *supervisor.Config) {
-		c.Objects = enc
-		for _, o := range opts {
-			o(c)
-		}
-	})
-	return &homeEnv{env: e, objects: dir}
+	return enc
 }
 
 // connectHome connects agent with persistence home and extra settings.
