@@ -11,12 +11,14 @@ import (
 )
 
 // TestCrashDuringSleepAndWake kills the supervisor with SIGKILL while a
-// persistent computer's home (400 MB) is being archived at its stop, and
-// again while it is being restored at the next start. After each restart
-// nothing is lost: the first restart finishes the sleep (the machine is
-// still there, so the home is archived again, then the machine removed),
-// the second wakes the computer with its files; no machine is left, and
-// disconnecting deletes the archive.
+// persistent computer's home (400 MB) is being archived at its stop,
+// again while it is being restored at the next start, and a third time
+// the moment a stop has recorded its archive, before the machine is gone.
+// After each restart nothing is lost: the first restart finishes the sleep
+// (the machine is still there, so the home is archived again, then the
+// machine removed), the second wakes the computer with its files, the
+// third removes the machine and keeps the recorded archive; no machine is
+// left, and disconnecting deletes the archives.
 func TestCrashDuringSleepAndWake(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	dir := t.TempDir()
@@ -74,6 +76,35 @@ func TestCrashDuringSleepAndWake(t *testing.T) {
 	}
 	if after := s.exec("crash-home", print).Stdout; after != before {
 		t.Fatalf("home after the crashes:\n%s\nbefore:\n%s", after, before)
+	}
+
+	// SIGKILL the moment the sleep's archive is recorded, before the
+	// machine is removed (which takes a Docker computer about a second).
+	if x := s.exec("crash-home", "echo v2 > marker"); x.ExitCode != 0 {
+		t.Fatalf("change the home: %+v", x)
+	}
+	before = s.exec("crash-home", print).Stdout
+	go p.call("POST", "/v1/agents/crash-home/computer/stop", "", nil, nil)
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(p.logs.String(), "home archived") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stop recorded no archive:\n%s", p.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.kill()
+	t.Logf("killed once the archive was recorded; the machine was still there: %v", deploymentContainers(t, dep) != "")
+	p = runSupervisor(t, dir)
+	s = &super{t: t, url: p.url, token: p.token}
+	if !testkit.Poll(2*time.Minute, func() bool {
+		p.call("GET", "/v1/agents/crash-home/computer", "", nil, &st)
+		return st.State == "sleeping" && deploymentContainers(t, dep) == ""
+	}) {
+		t.Fatalf("after the third restart the computer is %+v (containers: %q), not asleep:\n%s", st, deploymentContainers(t, dep), p.logs.String())
+	}
+	p.must("POST", "/v1/agents/crash-home/computer/start", nil, 200, nil)
+	if after := s.exec("crash-home", print).Stdout; after != before {
+		t.Fatalf("home after the third crash:\n%s\nbefore:\n%s", after, before)
 	}
 	p.must("DELETE", "/v1/agents/crash-home/computer", nil, 200, nil)
 	if left := deploymentContainers(t, dep); left != "" {
