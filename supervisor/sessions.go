@@ -640,6 +640,7 @@ func (s *Service) Reap(ctx context.Context) {
 			s.log.Debug("purged call records", "n", n)
 		}
 		s.forgetTouches(now)
+		s.forgetPreviews(now)
 		if n, err := s.st.PurgeSeats(ctx, now); err != nil {
 			s.log.Warn("purge viewer seats", "err", err)
 		} else if n > 0 {

@@ -114,6 +114,7 @@ type Service struct {
 
 	waking    sync.Map  // session id -> *sync.Mutex, for wakes (persist.go)
 	touched   sync.Map  // session id -> time of its last tool call recorded here (persist.go)
+	previews  sync.Map  // session id -> cachedSession (preview.go)
 	lastSweep time.Time // of the archive objects, under reapMu
 }
 

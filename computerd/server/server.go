@@ -135,6 +135,7 @@ func (s *Server) routes() {
 		w.Header().Set("Allow", "GET, PUT")
 		return errorf(http.StatusMethodNotAllowed, computerd.CodeBadRequest, "%s /v1/archive: use GET or PUT", r.Method)
 	}, true))
+	s.mux.Handle(computerd.PortsPath, s.wrap(s.handlePorts, true))
 	if d := s.cfg.Desktop; d != nil {
 		serve := func(w http.ResponseWriter, r *http.Request) error { d.ServeHTTP(w, r); return nil }
 		s.mux.Handle("/v1/desktop", s.wrap(serve, true))

@@ -29,6 +29,7 @@ const (
 	Computer Purpose = "computerd" // bearer token of the computer's daemon
 	Egress   Purpose = "egress"    // password at the egress proxy
 	View     Purpose = "view"      // live-view signalling
+	Preview  Purpose = "preview"   // port preview links
 )
 
 // Deriver derives per-computer tokens from one secret.

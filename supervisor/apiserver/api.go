@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berthdev/berth/api"
@@ -48,6 +49,9 @@ type Handler struct {
 	// Egress is the egress proxy whose counters GET /metrics shows; nil
 	// when it is off.
 	Egress EgressStats
+	// PublicURL is the supervisor's URL as browsers reach it, for port
+	// preview links (BERTH_PUBLIC_URL); empty: the URL each request came to.
+	PublicURL string
 
 	keyLimit  *limiter // per key (SetRateLimit)
 	pairLimit *limiter // unauthenticated pairing, per client address
@@ -94,6 +98,12 @@ func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
+	if strings.HasPrefix(r.URL.Path, supervisor.PreviewPath) {
+		// Not through the mux, which would answer a path with ".." with a
+		// redirect out of the preview: the preview resolves it inside.
+		h.svc.ServePreview(w, r)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -331,6 +341,25 @@ func (h *Handler) toolRoutes() {
 	m.Handle("POST /v1/agents/{agent}/computer/checkpoints", tool(h, "checkpoint", true, h.svc.Checkpoint))
 	m.Handle("GET /v1/agents/{agent}/computer/checkpoints", h.auth(agentTool, h.checkpoints))
 	m.Handle("DELETE /v1/agents/{agent}/computer/checkpoints/{name}", h.auth(agentTool, h.deleteCheckpoint))
+	m.Handle("POST /v1/agents/{agent}/computer/ports/{port}/preview", h.auth(agentTool, h.preview))
+}
+
+// preview issues a port preview link.
+func (h *Handler) preview(w http.ResponseWriter, r *http.Request) (any, int, error) {
+	var none struct{}
+	if err := decodeOptional(w, r, &none); err != nil {
+		return nil, 0, err
+	}
+	base := h.PublicURL
+	if base == "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + r.Host
+	}
+	v, err := h.svc.Preview(r.Context(), r.PathValue("agent"), r.PathValue("port"), base)
+	return v, http.StatusCreated, err
 }
 
 func (h *Handler) checkpoints(w http.ResponseWriter, r *http.Request) (any, int, error) {

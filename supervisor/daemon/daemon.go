@@ -317,6 +317,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return err
 	}
 	h.RelayToken = o.RelayToken
+	h.PublicURL = o.LiveView.PublicURL
 	rate, burst, err := apiserver.RateFromEnv(o.Getenv)
 	if err != nil {
 		return fail(err)
