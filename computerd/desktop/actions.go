@@ -29,7 +29,6 @@ import (
 const (
 	actionTimeout = 10 * time.Second
 	xTimeout      = 5 * time.Second
-	typeKeyDelay  = 12 * time.Millisecond // between the keys xdotool types
 )
 
 // BadRequestError is an action refused for its arguments; its message
@@ -734,12 +733,9 @@ func (d *Desktop) Keyboard(ctx context.Context, r KeyboardRequest) (ActionResult
 	switch r.Action {
 	case KeyType:
 		n := utf8.RuneCountInString(r.Text)
-		ctx, cancel := context.WithTimeout(ctx, actionTimeout+time.Duration(n)*5*typeKeyDelay)
+		ctx, cancel := context.WithTimeout(ctx, actionTimeout+time.Duration(n)*time.Millisecond)
 		defer cancel()
-		if err := d.xdotool(ctx, r.Text, "type", "--delay", strconv.Itoa(int(typeKeyDelay.Milliseconds())), "--file", "-"); err != nil {
-			return ActionResult{}, err
-		}
-		return d.Cursor(ctx)
+		return d.typeText(ctx, r.Text)
 	case KeyPress:
 		ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 		defer cancel()
@@ -844,4 +840,92 @@ func (d *Desktop) handleWait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, res)
+}
+
+// runeSym is the keysym that types r.
+func runeSym(r rune) uint32 {
+	switch {
+	case r == '\n':
+		return 0xff0d // Return
+	case r == '\t':
+		return 0xff09 // Tab
+	case r == '\b':
+		return 0xff08 // BackSpace
+	case r >= 0x20 && r <= 0x7e, r >= 0xa0 && r <= 0xff:
+		return uint32(r)
+	}
+	return 0x1000000 | uint32(r)
+}
+
+// typeText types text through XTEST. A character that no key types is
+// put on a spare keycode first; spare keycodes are remapped only between
+// batches, after the keys typed with their earlier mapping were taken in,
+// so that no program reads a key with the wrong mapping.
+func (d *Desktop) typeText(ctx context.Context, text string) (ActionResult, error) {
+	var res ActionResult
+	err := d.withX(ctx, false, func(x *xconn, deadline time.Time) error {
+		if dl, ok := ctx.Deadline(); ok {
+			deadline = dl
+		}
+		shift, hasShift := x.keymap[xkShiftL]
+		runes := []rune(strings.ReplaceAll(text, "\r\n", "\n"))
+		for len(runes) > 0 {
+			// One batch: as many characters as the spare keycodes cover.
+			var need []uint32
+			seen := map[uint32]bool{}
+			end := 0
+			for end < len(runes) {
+				sym := runeSym(runes[end])
+				if k, ok := x.keymap[sym]; !ok || (k.shift && !hasShift) {
+					if !seen[sym] {
+						if len(need) == len(x.spare) {
+							break
+						}
+						seen[sym] = true
+						need = append(need, sym)
+					}
+				}
+				end++
+			}
+			if end == 0 {
+				return errors.New("the keyboard map has no spare keycode for characters off the map")
+			}
+			if len(need) > 0 {
+				if len(x.spare) == 0 {
+					return errors.New("the keyboard map has no spare keycode for characters off the map")
+				}
+				if err := x.mapSpare(need, deadline); err != nil {
+					return err
+				}
+			}
+			var batch [][]byte
+			for _, r := range runes[:end] {
+				k := x.keymap[runeSym(r)]
+				if k.shift {
+					batch = append(batch, x.fake(xKeyPress, shift.code, 0, 0))
+				}
+				batch = append(batch, x.fake(xKeyPress, k.code, 0, 0), x.fake(xKeyRelease, k.code, 0, 0))
+				if k.shift {
+					batch = append(batch, x.fake(xKeyRelease, shift.code, 0, 0))
+				}
+			}
+			if err := x.send(deadline, batch...); err != nil {
+				return err
+			}
+			if err := x.sync(deadline); err != nil {
+				return err
+			}
+			runes = runes[end:]
+			if len(runes) > 0 {
+				// Let programs take the keys in before their keycodes change.
+				if !sleepCtx(ctx, 100*time.Millisecond) {
+					return ctx.Err()
+				}
+			}
+		}
+		px, py, err := x.Pointer(deadline)
+		res = ActionResult{Cursor: []int{px, py}, ScreenWidth: x.width, ScreenHeight: x.height}
+		return err
+	})
+	return res, err
 }

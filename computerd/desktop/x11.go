@@ -37,6 +37,8 @@ type xconn struct {
 	minKey, maxKey uint8
 	xtest          uint8 // the XTEST extension's major opcode; 0 when absent
 	keymap         map[uint32]keyOf
+	spare          []uint8 // keycodes with no keysym, for characters off the map
+	nextSpare      int
 }
 
 // keyOf is how a keysym is typed: its keycode, with Shift or without.
@@ -52,6 +54,7 @@ const (
 	xOpGetImage      = 73
 	xOpQueryExt      = 98
 	xOpGetKeyMap     = 101
+	xOpChangeKeyMap  = 100
 	xZPixmap         = 2
 
 	// XTEST FakeInput event types.
@@ -419,7 +422,17 @@ func (x *xconn) loadKeymap(deadline time.Time) error {
 	per := int(reply[1])
 	syms := reply[32:]
 	m := map[uint32]keyOf{}
+	x.spare = nil
 	for i := range count {
+		empty := true
+		for j := 0; j < per; j++ {
+			if off := 4 * (i*per + j); off+4 <= len(syms) && binary.LittleEndian.Uint32(syms[off:]) != 0 {
+				empty = false
+			}
+		}
+		if empty {
+			x.spare = append(x.spare, uint8(int(x.minKey)+i))
+		}
 		for j := 0; j < per && j < 2; j++ {
 			off := 4 * (i*per + j)
 			if off+4 > len(syms) {
@@ -451,4 +464,31 @@ func (x *xconn) fake(typ, detail uint8, px, py int) []byte {
 		le.PutUint16(req[26:], uint16(int16(py)))
 	}
 	return req
+}
+
+// mapSpare puts keysyms on spare keycodes (both levels, so Shift does not
+// change them) in one ChangeKeyboardMapping per keycode, and records them.
+func (x *xconn) mapSpare(syms []uint32, deadline time.Time) error {
+	var reqs [][]byte
+	for _, sym := range syms {
+		code := x.spare[x.nextSpare%len(x.spare)]
+		x.nextSpare++
+		for old, k := range x.keymap {
+			if k.code == code {
+				delete(x.keymap, old)
+			}
+		}
+		req := make([]byte, 16)
+		req[0], req[1] = xOpChangeKeyMap, 1
+		binary.LittleEndian.PutUint16(req[2:], 4)
+		req[4], req[5] = code, 2
+		binary.LittleEndian.PutUint32(req[8:], sym)
+		binary.LittleEndian.PutUint32(req[12:], sym)
+		reqs = append(reqs, req)
+		x.keymap[sym] = keyOf{code: code}
+	}
+	if err := x.send(deadline, reqs...); err != nil {
+		return err
+	}
+	return x.sync(deadline)
 }
