@@ -23,8 +23,9 @@ const (
 	HeaderScale        = "Berth-Scale"
 )
 
-// ScreenshotRequest asks for a screenshot: GET
-// /v1/agents/{agent}/computer/desktop/screenshot?format=&quality=&width=.
+// ScreenshotRequest asks for a screenshot: the JSON body of POST
+// /v1/agents/{agent}/computer/desktop/screenshot, or the query of GET
+// (?format=&quality=&width=).
 type ScreenshotRequest struct {
 	Format  string `json:"format,omitempty"`  // "png" (default) or "jpeg"
 	Quality int    `json:"quality,omitempty"` // JPEG quality 1..100 (default 80)
@@ -38,6 +39,77 @@ type Screenshot struct {
 	Width, Height             int     // the image's size
 	ScreenWidth, ScreenHeight int     // the screen's size
 	Scale                     float64 // Width / ScreenWidth
+}
+
+// Limits of the desktop actions (the computer checks them too).
+const (
+	MaxTypeChars       = 10000 // characters of one type action
+	MaxDesktopWaitSecs = 30    // seconds of a wait or hold_key
+)
+
+// DesktopActions are the actions of POST .../desktop/action, named as
+// computer-use models name them.
+var DesktopActions = []string{
+	"screenshot", "cursor_position", "mouse_move", "left_click", "right_click", "middle_click",
+	"double_click", "triple_click", "left_click_drag", "left_mouse_down", "left_mouse_up",
+	"scroll", "type", "key", "hold_key", "wait",
+}
+
+// ActionRequest is the body of POST /v1/agents/{agent}/computer/desktop/action:
+// one action of the computer-use vocabulary (DesktopActions) with its
+// arguments, as the models emit them.
+//
+//   - screenshot {width?, format?, quality?}: the image, base64 in the answer.
+//   - cursor_position: the pointer's position.
+//   - mouse_move {coordinate}.
+//   - left_click, right_click, middle_click, double_click, triple_click
+//     {coordinate? (default: where the pointer is), text? (modifiers held,
+//     "shift", "ctrl+shift")}.
+//   - left_click_drag {start_coordinate? (default: the pointer), coordinate, text?}.
+//   - left_mouse_down, left_mouse_up {coordinate?}.
+//   - scroll {scroll_direction, scroll_amount? (default 3), coordinate?, text?}.
+//   - type {text: any Unicode, at most MaxTypeChars characters}.
+//   - key {text: X key names joined by '+', several combinations separated
+//     by spaces}; hold_key {text, duration}.
+//   - wait {duration}.
+//
+// Coordinates are [x, y] in the space of Scale (image width / screen width
+// of the screenshot they were read from; default 1, screen pixels) and are
+// mapped back to the screen. Durations are seconds, at most
+// MaxDesktopWaitSecs.
+type ActionRequest struct {
+	Action          string   `json:"action"`
+	Coordinate      []int    `json:"coordinate,omitempty"`
+	StartCoordinate []int    `json:"start_coordinate,omitempty"`
+	Text            string   `json:"text,omitempty"`
+	ScrollDirection string   `json:"scroll_direction,omitempty"`
+	ScrollAmount    int      `json:"scroll_amount,omitempty"`
+	Duration        *float64 `json:"duration,omitempty"`
+	Scale           *float64 `json:"scale,omitempty"`
+	// Screenshot options, for action screenshot.
+	Width   int    `json:"width,omitempty"`
+	Format  string `json:"format,omitempty"`
+	Quality int    `json:"quality,omitempty"`
+}
+
+// ActionResult answers a desktop action once the screen has applied it.
+// Positions are in the space of Scale (the request's); ScreenCursor is on
+// the screen. A screenshot answers its image (base64 in JSON) and its
+// size; cursor_position (and every action but screenshot) the pointer's
+// position, also as X and Y.
+type ActionResult struct {
+	Action       string  `json:"action"`
+	X            *int    `json:"x,omitempty"`
+	Y            *int    `json:"y,omitempty"`
+	Cursor       []int   `json:"cursor,omitempty"`
+	ScreenCursor []int   `json:"screenCursor,omitempty"`
+	ScreenWidth  int     `json:"screenWidth"`
+	ScreenHeight int     `json:"screenHeight"`
+	Scale        float64 `json:"scale"`
+	Format       string  `json:"format,omitempty"` // screenshot: "png" or "jpeg"
+	Image        []byte  `json:"image,omitempty"`  // screenshot: the image
+	Width        int     `json:"width,omitempty"`  // screenshot: the image's size
+	Height       int     `json:"height,omitempty"`
 }
 
 // MouseRequest is the body of POST .../desktop/mouse: action "move",
@@ -82,20 +154,10 @@ func (c *Client) DesktopScreenshot(ctx context.Context, agent string, r Screensh
 	if agent == "" || agent == "." || agent == ".." {
 		return nil, ErrAgentID
 	}
-	q := url.Values{}
-	if r.Format != "" {
-		q.Set("format", r.Format)
-	}
-	if r.Quality != 0 {
-		q.Set("quality", strconv.Itoa(r.Quality))
-	}
-	if r.Width != 0 {
-		q.Set("width", strconv.Itoa(r.Width))
-	}
 	var raw rawAnswer
 	err := c.do(ctx, request{
-		method: http.MethodGet, path: "/v1/agents/" + url.PathEscape(agent) + "/computer/desktop/screenshot",
-		query: q, raw: &raw, repeatable: true,
+		method: http.MethodPost, path: "/v1/agents/" + url.PathEscape(agent) + "/computer/desktop/screenshot",
+		in: r, raw: &raw, repeatable: true,
 	})
 	if err != nil {
 		return nil, err
@@ -131,6 +193,12 @@ func (c *Client) DesktopMouse(ctx context.Context, agent string, r MouseRequest)
 func (c *Client) DesktopKeyboard(ctx context.Context, agent string, r KeyboardRequest) (*DesktopResult, error) {
 	var out *DesktopResult
 	return out, c.agentCall(ctx, http.MethodPost, agent, "/desktop/keyboard", r, &out)
+}
+
+// DesktopAction runs one action of the computer-use vocabulary.
+func (c *Client) DesktopAction(ctx context.Context, agent string, r ActionRequest) (*ActionResult, error) {
+	var out *ActionResult
+	return out, c.agentCall(ctx, http.MethodPost, agent, "/desktop/action", r, &out)
 }
 
 // DesktopWait waits on the computer, then answers the pointer's position.

@@ -10,14 +10,16 @@ import (
 	"github.com/berthdev/berth/supervisor"
 )
 
-// desktopRoutes serves the desktop tools of a desktop computer, one route
-// per family of actions.
+// desktopRoutes serves the desktop tools of a desktop computer: the
+// screenshot and one action of the computer-use vocabulary (the routes the
+// SPEC names), and one route per family of actions.
 func (h *Handler) desktopRoutes() {
 	m := h.mux
 	const base = "/v1/agents/{agent}/computer/desktop"
 	shot := h.guard(agentTool, http.HandlerFunc(h.desktopScreenshot))
 	m.Handle("GET "+base+"/screenshot", shot)
 	m.Handle("POST "+base+"/screenshot", shot)
+	m.Handle("POST "+base+"/action", tool(h, "desktop_action", true, h.svc.DesktopAction))
 	m.Handle("GET "+base+"/cursor", h.auth(agentTool, func(w http.ResponseWriter, r *http.Request) (any, int, error) {
 		v, err := h.svc.DesktopCursor(r.Context(), r.PathValue("agent"))
 		return v, http.StatusOK, err

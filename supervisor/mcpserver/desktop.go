@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,20 +19,16 @@ const (
 	ToolAction     = "computer_action"
 )
 
-// Limits of the desktop tools (the computer checks them too).
+// Limits of the desktop tools (the supervisor and the computer check them).
 const (
-	MaxTypeChars       = 10000
-	MaxWaitSeconds     = 30
+	MaxTypeChars       = api.MaxTypeChars
+	MaxWaitSeconds     = api.MaxDesktopWaitSecs
 	MaxScreenshotWidth = 7680
 )
 
 // actions are computer_action's actions, named as computer-use models name
 // them.
-var actions = []string{
-	"screenshot", "cursor_position", "mouse_move", "left_click", "right_click", "middle_click",
-	"double_click", "triple_click", "left_click_drag", "left_mouse_down", "left_mouse_up",
-	"scroll", "type", "key", "hold_key", "wait",
-}
+var actions = api.DesktopActions
 
 var (
 	screenshotDescription = "Take a screenshot of the computer's screen (desktop computers only) and return it as an image. " +
@@ -62,29 +56,9 @@ type (
 		Format  string `json:"format,omitempty"`
 		Quality int    `json:"quality,omitempty"`
 	}
-	actionInput struct {
-		Action          string   `json:"action"`
-		Coordinate      []int    `json:"coordinate,omitempty"`
-		StartCoordinate []int    `json:"start_coordinate,omitempty"`
-		Text            string   `json:"text,omitempty"`
-		ScrollDirection string   `json:"scroll_direction,omitempty"`
-		ScrollAmount    int      `json:"scroll_amount,omitempty"`
-		Duration        *float64 `json:"duration,omitempty"`
-		Scale           *float64 `json:"scale,omitempty"`
-		// Screenshot options, for action screenshot.
-		Width   int    `json:"width,omitempty"`
-		Format  string `json:"format,omitempty"`
-		Quality int    `json:"quality,omitempty"`
-	}
-	// actionOutput is computer_action's structured answer.
-	actionOutput struct {
-		Action       string  `json:"action"`
-		Cursor       []int   `json:"cursor,omitempty"` // in the coordinates' space
-		ScreenCursor []int   `json:"screenCursor,omitempty"`
-		ScreenWidth  int     `json:"screenWidth,omitempty"`
-		ScreenHeight int     `json:"screenHeight,omitempty"`
-		Scale        float64 `json:"scale"`
-	}
+	// actionInput is computer_action's input: POST .../desktop/action's
+	// body, whose answer (api.ActionResult) is its structured answer.
+	actionInput = api.ActionRequest
 )
 
 // desktopScale remembers the scale of the agent's last screenshot taken
@@ -197,161 +171,28 @@ func (s *Server) screenshot(ctx context.Context, r api.ScreenshotRequest) ([]mcp
 	}, nil, nil
 }
 
-// toScreen maps a coordinate in the space of scale to the screen.
-func toScreen(field string, c []int, scale float64) ([]int, error) {
-	if c == nil {
-		return nil, nil
-	}
-	if len(c) != 2 {
-		return nil, failf("%s: want [x, y], got %d numbers", field, len(c))
-	}
-	if scale == 1 {
-		return c, nil
-	}
-	return []int{int(math.Floor(float64(c[0]) / scale)), int(math.Floor(float64(c[1]) / scale))}, nil
-}
-
-// fromScreen maps a screen position to the space of scale.
-func fromScreen(c []int, scale float64) []int {
-	if len(c) != 2 || scale == 1 {
-		return c
-	}
-	return []int{int(math.Round(float64(c[0]) * scale)), int(math.Round(float64(c[1]) * scale))}
-}
-
-// modifiers splits a click's text into modifier keys.
-func modifiers(text string) []string {
-	var out []string
-	for _, f := range strings.Fields(strings.ReplaceAll(text, "+", " ")) {
-		out = append(out, f)
-	}
-	return out
-}
-
-// seconds converts an action's duration to milliseconds.
-func seconds(action string, d *float64) (int, error) {
-	if d == nil {
-		return 0, failf("duration: required for %s (seconds, at most %d)", action, MaxWaitSeconds)
-	}
-	if *d < 0 || *d > MaxWaitSeconds || math.IsNaN(*d) {
-		return 0, failf("duration: %g is outside 0..%d seconds", *d, MaxWaitSeconds)
-	}
-	return int(math.Round(*d * 1000)), nil
-}
-
 func (s *Server) action(ctx context.Context, in actionInput) ([]mcp.Content, any, error) {
 	if in.Action == "screenshot" {
 		return s.screenshot(ctx, api.ScreenshotRequest{Width: in.Width, Format: in.Format, Quality: in.Quality})
 	}
-	scale := s.scale.get()
-	if in.Scale != nil {
-		if *in.Scale <= 0 || *in.Scale > 1 || math.IsNaN(*in.Scale) {
-			return nil, nil, failf("scale: %g must be above 0 and at most 1 (image width / screen width)", *in.Scale)
-		}
-		scale = *in.Scale
+	if in.Scale == nil {
+		scale := s.scale.get()
+		in.Scale = &scale
 	}
-	c, err := toScreen("coordinate", in.Coordinate, scale)
-	if err != nil {
-		return nil, nil, err
-	}
-	start, err := toScreen("start_coordinate", in.StartCoordinate, scale)
-	if err != nil {
-		return nil, nil, err
-	}
-	if start != nil && in.Action != "left_click_drag" {
-		return nil, nil, failf("start_coordinate: for left_click_drag only")
-	}
-	if in.Text != "" && n(in.Text) > MaxTypeChars {
-		return nil, nil, failf("text: %d characters, at most %d", n(in.Text), MaxTypeChars)
-	}
-	if in.ScrollDirection != "" && in.Action != "scroll" {
-		return nil, nil, failf("scroll_direction: for scroll only")
-	}
-	click := func(button string, clicks int) (*api.DesktopResult, error) {
-		return s.c.DesktopMouse(ctx, s.agent, api.MouseRequest{Action: "click", Coordinate: c, Button: button, Clicks: clicks, Modifiers: modifiers(in.Text)})
-	}
-	var res *api.DesktopResult
-	switch in.Action {
-	case "cursor_position":
-		res, err = s.c.DesktopCursor(ctx, s.agent)
-	case "mouse_move":
-		if c == nil {
-			return nil, nil, failf("coordinate: required for mouse_move")
-		}
-		res, err = s.c.DesktopMouse(ctx, s.agent, api.MouseRequest{Action: "move", Coordinate: c})
-	case "left_click":
-		res, err = click("left", 1)
-	case "right_click":
-		res, err = click("right", 1)
-	case "middle_click":
-		res, err = click("middle", 1)
-	case "double_click":
-		res, err = click("left", 2)
-	case "triple_click":
-		res, err = click("left", 3)
-	case "left_mouse_down", "left_mouse_up":
-		res, err = s.c.DesktopMouse(ctx, s.agent, api.MouseRequest{Action: strings.TrimPrefix(in.Action, "left_mouse_"), Coordinate: c})
-	case "left_click_drag":
-		if c == nil {
-			return nil, nil, failf("coordinate: required for left_click_drag (where the drag ends)")
-		}
-		if start == nil {
-			cur, err := s.c.DesktopCursor(ctx, s.agent)
-			if err != nil {
-				return nil, nil, err
-			}
-			start = cur.Cursor
-		}
-		res, err = s.c.DesktopMouse(ctx, s.agent, api.MouseRequest{Action: "drag", Path: [][]int{start, c}, Modifiers: modifiers(in.Text)})
-	case "scroll":
-		if in.ScrollDirection == "" {
-			return nil, nil, failf("scroll_direction: required for scroll (up, down, left or right)")
-		}
-		res, err = s.c.DesktopMouse(ctx, s.agent, api.MouseRequest{Action: "scroll", Coordinate: c, Direction: in.ScrollDirection, Amount: in.ScrollAmount, Modifiers: modifiers(in.Text)})
-	case "type":
-		if in.Text == "" {
-			return nil, nil, failf("text: required for type")
-		}
-		res, err = s.c.DesktopKeyboard(ctx, s.agent, api.KeyboardRequest{Action: "type", Text: in.Text})
-	case "key":
-		if strings.TrimSpace(in.Text) == "" {
-			return nil, nil, failf("text: required for key (xdotool key names such as \"Return\" or \"ctrl+s\")")
-		}
-		res, err = s.c.DesktopKeyboard(ctx, s.agent, api.KeyboardRequest{Action: "key", Keys: in.Text})
-	case "hold_key":
-		ms, derr := seconds(in.Action, in.Duration)
-		if derr != nil {
-			return nil, nil, derr
-		}
-		res, err = s.c.DesktopKeyboard(ctx, s.agent, api.KeyboardRequest{Action: "hold_key", Keys: in.Text, DurationMs: max(ms, 1)})
-	case "wait":
-		ms, derr := seconds(in.Action, in.Duration)
-		if derr != nil {
-			return nil, nil, derr
-		}
-		res, err = s.c.DesktopWait(ctx, s.agent, api.WaitRequest{DurationMs: ms})
-	case "":
-		return nil, nil, failf("action: required, one of %s", strings.Join(actions, ", "))
-	default:
-		return nil, nil, failf("action: %q is not one of %s", in.Action, strings.Join(actions, ", "))
-	}
+	res, err := s.c.DesktopAction(ctx, s.agent, in)
 	if err != nil {
 		return nil, nil, err
 	}
 	if res == nil {
 		return nil, nil, failf("the supervisor answered without a result")
 	}
-	out := actionOutput{Action: in.Action, Cursor: fromScreen(res.Cursor, scale), ScreenCursor: res.Cursor,
-		ScreenWidth: res.ScreenWidth, ScreenHeight: res.ScreenHeight, Scale: scale}
-	text := fmt.Sprintf("%s done. Pointer at %v", in.Action, out.Cursor)
-	if scale != 1 {
-		text += fmt.Sprintf(" in the screenshot's space (scale %g; %v on the %dx%d screen)", scale, res.Cursor, res.ScreenWidth, res.ScreenHeight)
+	text := fmt.Sprintf("%s done. Pointer at %v", in.Action, res.Cursor)
+	if res.Scale != 1 {
+		text += fmt.Sprintf(" in the screenshot's space (scale %g; %v on the %dx%d screen)", res.Scale, res.ScreenCursor, res.ScreenWidth, res.ScreenHeight)
 	}
 	text += "."
-	raw, _ := json.Marshal(out)
+	raw, _ := json.Marshal(res)
 	var structured map[string]any
 	json.Unmarshal(raw, &structured)
 	return []mcp.Content{&mcp.TextContent{Text: text}}, structured, nil
 }
-
-func n(s string) int { return len([]rune(s)) }
