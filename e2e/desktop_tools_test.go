@@ -193,6 +193,9 @@ nohup xterm -u8 -T typer -geometry 80x5+400+300 -e sh -c 'read -r l; printf %s "
 	if st := s.call("POST", base, map[string]any{"action": "mouse_move"}, &e); st != 400 || !strings.HasPrefix(e.Error.Message, "coordinate: required") {
 		t.Fatalf("mouse_move without a coordinate: %d %+v", st, e)
 	}
+	if st := s.call("POST", base, map[string]any{"action": "key", "text": "Enterr"}, &e); st != 400 || !strings.HasPrefix(e.Error.Message, `text: unknown key name "Enterr"`) {
+		t.Fatalf("an unknown key: %d %+v", st, e)
+	}
 	var moved struct {
 		X, Y  *int
 		Scale float64

@@ -161,12 +161,32 @@ func (s *Service) DesktopAction(ctx context.Context, agent string, r api.ActionR
 	if err != nil {
 		err = desktopError(x, err)
 		var e *Error
-		if scale != 1 && errors.As(err, &e) && e.Status == http.StatusBadRequest && strings.Contains(e.Message, "off the") {
-			e.Message += fmt.Sprintf("; the coordinates were mapped to the screen from scale %g", scale)
+		if errors.As(err, &e) && e.Status == http.StatusBadRequest {
+			e.Message = actionField(e.Message)
+			if scale != 1 && strings.Contains(e.Message, "off the") {
+				e.Message += fmt.Sprintf("; the coordinates were mapped to the screen from scale %g", scale)
+			}
 		}
 		return api.ActionResult{}, err
 	}
 	return actionResult(r.Action, a, scale), nil
+}
+
+// actionFields are computerd's names of an action's fields, by the names
+// the action route gives them.
+var actionFields = map[string]string{
+	"keys": "text", "modifiers": "text", "durationMs": "duration",
+	"direction": "scroll_direction", "amount": "scroll_amount", "path": "coordinate",
+}
+
+// actionField renames the field that computerd's message about a bad
+// argument starts with to the action route's name for it.
+func actionField(msg string) string {
+	field, rest, ok := strings.Cut(msg, ": ")
+	if to, known := actionFields[field]; ok && known {
+		return to + ": " + rest
+	}
+	return msg
 }
 
 // actionResult answers an action's result in the space of scale.

@@ -47,6 +47,19 @@ func TestDesktopCoordinates(t *testing.T) {
 	}
 }
 
+func TestDesktopActionFieldNames(t *testing.T) {
+	for in, want := range map[string]string{
+		`keys: unknown key name "Enterr" in "Enterr"`: `text: unknown key name "Enterr" in "Enterr"`,
+		"amount: 101 is outside 1..100":               "scroll_amount: 101 is outside 1..100",
+		"coordinate: [5000, 10] is off the screen":    "coordinate: [5000, 10] is off the screen",
+		"no field here": "no field here",
+	} {
+		if got := actionField(in); got != want {
+			t.Errorf("actionField(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestDesktopActionArguments(t *testing.T) {
 	d := 31.0
 	for _, c := range []struct {
