@@ -153,14 +153,21 @@ type request struct {
 	method string
 	path   string // escaped, below the base URL
 	query  url.Values
-	in     any // JSON body, or nil
-	out    any // where a 2xx answer is decoded, or nil
+	in     any        // JSON body, or nil
+	out    any        // where a 2xx answer is decoded, or nil
+	raw    *rawAnswer // where a 2xx answer is kept as it is (an image), or nil
 	noAuth bool
 	// keyed calls send an Idempotency-Key.
 	keyed bool
 	// repeatable calls may be sent again after they may have reached the
 	// supervisor: sending them twice has the effect of sending them once.
 	repeatable bool
+}
+
+// rawAnswer is a 2xx answer kept as the supervisor sent it.
+type rawAnswer struct {
+	header http.Header
+	body   []byte
 }
 
 // do sends r, repeating it while that is safe and useful.
@@ -217,7 +224,9 @@ func (c *Client) once(ctx context.Context, r request, body []byte, key string) (
 	if err != nil {
 		return false, 0, fmt.Errorf("client: %s %s: %w", r.method, r.path, err)
 	}
-	req.Header.Set("Accept", "application/json")
+	if r.raw == nil {
+		req.Header.Set("Accept", "application/json")
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -262,6 +271,10 @@ func (c *Client) once(ctx context.Context, r request, body []byte, key string) (
 	}
 	if len(data) > maxAnswerBytes {
 		return false, 0, fmt.Errorf("client: %s %s: answer larger than %d bytes", r.method, r.path, maxAnswerBytes)
+	}
+	if r.raw != nil {
+		r.raw.header, r.raw.body = resp.Header, data
+		return false, 0, nil
 	}
 	data = bytes.TrimSpace(data)
 	if r.out != nil && len(data) > 0 {

@@ -479,28 +479,38 @@ func (s *Service) provider(name string) (providers.Provider, error) {
 
 // client returns a computerd client for a running session.
 func (s *Service) client(ctx context.Context, x store.Session) (*computerd.Client, error) {
-	p, err := s.provider(x.Provider)
+	hc, h, err := s.transport(ctx, x)
 	if err != nil {
 		return nil, err
+	}
+	var opts []computerd.Option
+	opts = append(opts, computerd.WithHTTPClient(hc))
+	if len(h) > 0 {
+		opts = append(opts, computerd.WithHeader(h))
+	}
+	return computerd.NewClient(x.Endpoint, s.cfg.Tokens.Derive(token.Computer, x.ComputerID), opts...), nil
+}
+
+// transport returns the HTTP client and the headers that reach the
+// session's computerd.
+func (s *Service) transport(ctx context.Context, x store.Session) (*http.Client, http.Header, error) {
+	p, err := s.provider(x.Provider)
+	if err != nil {
+		return nil, nil, err
 	}
 	hc := s.http
 	if t, ok := p.(providers.Transporter); ok {
 		c, err := s.connection(ctx, x.AgentID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		creds, err := s.credentials(c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		hc = &http.Client{Transport: t.Transport(machineOf(x), creds)}
 	}
-	var opts []computerd.Option
-	opts = append(opts, computerd.WithHTTPClient(hc))
-	if h := machineOf(x).Header; len(h) > 0 {
-		opts = append(opts, computerd.WithHeader(h))
-	}
-	return computerd.NewClient(x.Endpoint, s.cfg.Tokens.Derive(token.Computer, x.ComputerID), opts...), nil
+	return hc, machineOf(x).Header, nil
 }
 
 func machineOf(x store.Session) providers.Machine {

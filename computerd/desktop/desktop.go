@@ -9,6 +9,12 @@
 // A viewer that joins a running encoder gets the frames since the last
 // keyframe at once. Signalling is not trickled: computerd gathers its
 // relay candidates, then answers the viewer's offer.
+//
+// It also serves the desktop actions agents use (actions.go): screenshots
+// read straight from the X server (GetImage over the display's socket),
+// the pointer's position, mouse and key input through the XTEST
+// extension, and text typed with xdotool. Actions run one at a time and
+// answer once the X server has applied them.
 package desktop
 
 import (
@@ -61,6 +67,7 @@ type Config struct {
 	BitrateKbps   int           // encoder ceiling
 	MaxViewers    int           // viewers of this computer at once
 	FFmpeg        string        // ffmpeg binary, default "ffmpeg"
+	XDotool       string        // xdotool binary, default "xdotool" (types text)
 	// TURNHost and TURNPort name the relay when an offer's ICE servers
 	// carry only credentials.
 	TURNHost string
@@ -126,6 +133,12 @@ type Desktop struct {
 	viewers  map[*viewer]struct{}
 	closed   bool
 	seq      int
+
+	// The desktop actions: one connection to the X server (screenshots,
+	// the pointer, XTEST input), and one action at a time.
+	xmu     sync.Mutex
+	x       *xconn
+	inputMu sync.Mutex
 }
 
 // New returns a Desktop for cfg. Nothing runs until a viewer or a warm
@@ -139,6 +152,7 @@ func New(cfg Config) *Desktop {
 	cfg.BitrateKbps = cmp.Or(cfg.BitrateKbps, DefaultBitrateKbps)
 	cfg.MaxViewers = cmp.Or(cfg.MaxViewers, DefaultMaxViewers)
 	cfg.FFmpeg = cmp.Or(cfg.FFmpeg, "ffmpeg")
+	cfg.XDotool = cmp.Or(cfg.XDotool, "xdotool")
 	cfg.TURNPort = cmp.Or(cfg.TURNPort, 3478)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -154,6 +168,7 @@ func New(cfg Config) *Desktop {
 	d.mux.HandleFunc("POST "+PathWarm, d.handleWarm)
 	d.mux.HandleFunc("GET "+PathStatus, d.handleStatus)
 	d.mux.HandleFunc("GET "+PathScreenshot, d.handleScreenshot)
+	d.actionRoutes()
 	return d
 }
 
@@ -183,6 +198,12 @@ func (d *Desktop) Close() error {
 	for _, v := range vs {
 		v.close()
 	}
+	d.xmu.Lock()
+	if d.x != nil {
+		d.x.Close()
+		d.x = nil
+	}
+	d.xmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for _, e := range es {

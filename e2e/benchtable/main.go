@@ -109,6 +109,8 @@ var targets = map[string]target{
 	"e2e BenchmarkLiveViewEncoderCPU h264-cpu-%":               atMost(20, "percent of one core"),
 	"e2e BenchmarkLiveViewFirstFrame warm-first-frame-ms":      bothAtMost(1500, "ms"),
 	"e2e BenchmarkLiveViewFirstFrame computerd-idle-rss-MB":    atMost(15, "MB"),
+	"e2e BenchmarkDesktopScreenshot rest-screenshot-ms":        atMost(100, "ms (p50, 1280x720 PNG)"),
+	"e2e BenchmarkDesktopClick rest-click-ms":                  atMost(15, "ms (p50)"),
 }
 
 var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}

@@ -77,6 +77,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /v1/agents/{agent}/computer", h.auth(agentTool, h.status))
 	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(agentAdmin, h.disconnect))
 	h.toolRoutes()
+	h.desktopRoutes()
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(agentAdmin, h.confirm))
 	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(agentTool, h.view))
 	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.guard(agentTool, http.HandlerFunc(h.screenshot)))

@@ -1,6 +1,7 @@
-// Package mcpserver serves one agent's six computer tools (computer_start,
+// Package mcpserver serves one agent's computer tools (computer_start,
 // computer_exec, computer_read_file, computer_write_file, computer_stop and,
-// for persistent computers, computer_checkpoint) over the Model Context
+// for persistent computers, computer_checkpoint; on desktop computers
+// computer_screenshot and computer_action) over the Model Context
 // Protocol, on stdio or streamable HTTP. Each tool calls the supervisor's
 // REST API through a api.Client.
 //
@@ -46,8 +47,9 @@ type Server struct {
 	version  string
 	shutdown time.Duration
 
-	pending  pending     // tool calls not answered yet
-	draining atomic.Bool // set when shutdown begins: new tool calls are refused
+	scale    desktopScale // of the last screenshot, for computer_action's coordinates
+	pending  pending      // tool calls not answered yet
+	draining atomic.Bool  // set when shutdown begins: new tool calls are refused
 }
 
 // Option configures a Server.
@@ -95,6 +97,7 @@ func New(c *api.Client, agent string, opts ...Option) *Server {
 		Logger:       s.log,
 	})
 	s.addTools()
+	s.addDesktopTools()
 	return s
 }
 

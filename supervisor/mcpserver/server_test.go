@@ -53,7 +53,7 @@ func TestListTools(t *testing.T) {
 			names = append(names, tool.Name)
 		}
 		slices.Sort(names)
-		want := []string{"computer_checkpoint", "computer_exec", "computer_read_file", "computer_start", "computer_stop", "computer_write_file"}
+		want := []string{"computer_action", "computer_checkpoint", "computer_exec", "computer_read_file", "computer_screenshot", "computer_start", "computer_stop", "computer_write_file"}
 		if !slices.Equal(names, want) {
 			t.Fatalf("tools = %v, want %v", names, want)
 		}
