@@ -76,6 +76,7 @@ func (h *Handler) routes() {
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(agentAdmin, h.confirm))
 	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(agentTool, h.view))
 	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.guard(agentTool, http.HandlerFunc(h.screenshot)))
+	m.HandleFunc("GET /v1/agents/{agent}/computer/terminal", h.terminal)
 	m.Handle("GET /v1/usage", h.auth(workspaceOK, h.usage))
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(workspaceOK, h.deleteWorkspace))
 	m.Handle("POST /v1/companions/pair-codes", h.auth(workspaceOK, h.createPairCode))
