@@ -139,37 +139,46 @@ func (s *Service) OpenTerminal(ctx context.Context, agent string, r TerminalRequ
 	if err != nil {
 		return nil, err
 	}
-	t := &Terminal{svc: s, x: x, agent: agent, done: make(chan struct{})}
+	// The terminal outlives the request that opened it; Close ends it.
+	// The client bounds the opening itself (its call timeout).
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t := &Terminal{svc: s, x: x, agent: agent, done: make(chan struct{}), cancel: cancel}
+	t.out, t.outW = io.Pipe()
 	if err := s.terms.add(t); err != nil {
+		cancel()
+		return nil, err
+	}
+	fail := func(err error) (*Terminal, error) {
+		cancel()
+		s.terms.remove(t)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.ended != nil {
+			return nil, t.ended
+		}
 		return nil, err
 	}
 	c, err := s.client(ctx, x)
 	if err != nil {
-		s.terms.remove(t)
-		return nil, err
+		return fail(err)
 	}
 	command := r.Command
 	if command == "" {
 		command = LoginShell
 	}
-	t.out, t.outW = io.Pipe()
-	// The terminal outlives the request that opened it; Close ends it.
-	// The client bounds the opening itself (its call timeout).
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st, err := c.ExecStream(sctx, computerd.StreamStart{Command: command, PTY: true, Cols: uint16(r.Cols), Rows: uint16(r.Rows)}, t.outW, nil)
 	if err != nil {
-		cancel()
-		s.terms.remove(t)
 		var ae *computerd.APIError
 		if errors.As(err, &ae) {
 			if ae.Code == "not_supported" {
-				return nil, errorf(http.StatusUnprocessableEntity, "not_supported", "%s", ae.Message)
+				return fail(errorf(http.StatusUnprocessableEntity, "not_supported", "%s", ae.Message))
 			}
-			return nil, errorf(http.StatusBadGateway, CodeProvider, "the computer refused the terminal: %s", ae.Message)
+			return fail(errorf(http.StatusBadGateway, CodeProvider, "the computer refused the terminal: %s", ae.Message))
 		}
-		return nil, errorf(http.StatusBadGateway, CodeProvider, "open a terminal on the computer: %v", err)
+		s.log.Warn("open a terminal", "agent", agent, "session", x.ID, "err", err)
+		return fail(errorf(http.StatusBadGateway, CodeProvider, "the computer did not open a terminal; see the supervisor's log"))
 	}
-	t.st, t.cancel = st, cancel
+	t.st = st
 	go t.run()
 	go t.watch()
 	s.log.Info("terminal opened", "agent", agent, "session", x.ID, "cols", r.Cols, "rows", r.Rows, "command", r.Command != "")

@@ -220,3 +220,35 @@ func TestTerminalBadInput(t *testing.T) {
 		t.Fatalf("no token: %v", err)
 	}
 }
+
+// TestTerminalInputKeepsAwake: typing in a terminal counts as a tool call
+// for a persistent computer's idle sleep; once it sleeps, the terminal
+// ends saying so.
+func TestTerminalInputKeepsAwake(t *testing.T) {
+	e := newHomeEnv(t)
+	e.connectHome("idle", map[string]any{"idleSleepSeconds": 120})
+	e.mustCall("POST", "/v1/agents/idle/computer/start", nil, 200, nil)
+	ctx := testkit.Context(t)
+	s := &screen{}
+	term, err := e.client().Terminal(ctx, "idle", api.TerminalRequest{}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(100 * time.Second)
+	term.Write([]byte("echo typed-$((2*3))\n"))
+	s.await(t, 0, "typed-6") // the input was taken, so it counted
+	e.clock.Advance(100 * time.Second)
+	e.svc.Reap(context.Background())
+	if st := e.status("idle"); st.State != "running" {
+		t.Fatalf("state 200 s in, 100 s after typing = %q, want running", st.State)
+	}
+	e.clock.Advance(21 * time.Second)
+	e.svc.Reap(context.Background())
+	if st := e.status("idle"); st.State != api.StateSleeping {
+		t.Fatalf("state 121 s after typing = %q, want sleeping", st.State)
+	}
+	exit, err := term.Wait()
+	if err != nil || exit.Code != api.CodeSessionEnded || !strings.Contains(exit.Message, "sleep") {
+		t.Fatalf("terminal after the sleep: %+v, %v", exit, err)
+	}
+}
