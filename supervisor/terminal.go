@@ -249,7 +249,7 @@ func (t *Terminal) endWith(why string) {
 // kill drops the stream (computerd then kills the command) and unblocks
 // a reader of the output.
 func (t *Terminal) kill() {
-	t.out.CloseWithError(io.EOF)
+	t.outW.CloseWithError(io.EOF)
 	t.cancel()
 }
 
