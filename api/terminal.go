@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -248,4 +249,21 @@ func (t *TerminalConn) read() {
 			}
 		}
 	}
+}
+
+// TerminalLink is the answer of POST
+// /v1/agents/{agent}/computer/terminal/link: a page that opens a terminal
+// in a browser. The link works once, before ExpiresAt.
+type TerminalLink struct {
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// TerminalLink asks for a link to a terminal page in a browser.
+func (c *Client) TerminalLink(ctx context.Context, agent string) (*TerminalLink, error) {
+	var out TerminalLink
+	if err := c.agentCall(ctx, http.MethodPost, agent, "/terminal/link", nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -21,6 +23,7 @@ func init() { addSubcommand("computer", newComputerShellCmd) }
 const exitShellLost = 255
 
 func newComputerShellCmd() *cobra.Command {
+	var link bool
 	cmd := &cobra.Command{
 		Use:   "shell [flags] [-- COMMAND...]",
 		Short: "Open an interactive terminal on the agent's computer",
@@ -35,19 +38,37 @@ data is sent as typed and its end as ^D.
 
 berth exits with the command's exit code, or 255 when the terminal ended
 without it: the session ended (stopped, expired, slept) or the link broke.
-A session has at most 4 terminals open at once.`,
+A session has at most 4 terminals open at once.
+
+With --link, berth prints a link instead: a page that opens the login shell
+in a browser (xterm.js, served by the supervisor). The link works once,
+within two minutes, and acts as the key that asked for it.`,
 		Example: `  berth computer shell --agent a1
   berth computer shell --agent a1 -- top
-  echo 'uname -a' | berth computer shell --agent a1`,
+  echo 'uname -a' | berth computer shell --agent a1
+  berth computer shell --agent a1 --link`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, agent, err := agentCmd(cmd)
 			if err != nil {
 				return err
 			}
+			if link {
+				if len(args) > 0 {
+					return usagef("--link opens the login shell; it takes no COMMAND")
+				}
+				l, err := c.TerminalLink(cmd.Context(), agent)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), l.URL)
+				warnf(cmd, "the link works once, until %s", l.ExpiresAt.Local().Format(time.TimeOnly))
+				return nil
+			}
 			return runShell(cmd, c, agent, strings.Join(args, " "))
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().BoolVar(&link, "link", false, "print a one-time link to a terminal page in a browser instead")
 	return cmd
 }
 

@@ -197,6 +197,11 @@ func TestShellWithoutTerminal(t *testing.T) {
 	if r.code != 0 || strings.Count(r.stdout, "some input") != 2 {
 		t.Fatalf("shell -- cat: %+v, want exit 0 and the line echoed and printed", r)
 	}
+	// A link to the terminal page.
+	r = run(t, "", "computer", "shell", "--link")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, os.Getenv("BERTH_URL")+"/terminal/s/") || !strings.Contains(r.stderr, "works once") {
+		t.Fatalf("shell --link: %+v", r)
+	}
 	r = run(t, "", "computer", "shell", "--agent", "nobody")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "not_found") {
 		t.Fatalf("unknown agent: %+v", r)

@@ -41,13 +41,18 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, supervisor.AsError(err))
 		return
 	}
+	h.serveTerminal(w, r, r.PathValue("agent"), req)
+}
+
+// serveTerminal opens a terminal for agent and relays it over the
+// request's websocket.
+func (h *Handler) serveTerminal(w http.ResponseWriter, r *http.Request, agent string, req supervisor.TerminalRequest) {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		w.Header().Set("Upgrade", "websocket")
 		writeError(w, &supervisor.Error{Status: http.StatusUpgradeRequired, Code: supervisor.CodeBadRequest,
-			Message: "GET /v1/agents/{agent}/computer/terminal is a websocket"})
+			Message: r.URL.Path + " is a websocket"})
 		return
 	}
-	agent := r.PathValue("agent")
 	t, err := h.svc.OpenTerminal(r.Context(), agent, req)
 	if err != nil {
 		writeError(w, h.logged(r, err))
