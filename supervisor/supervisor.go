@@ -104,6 +104,7 @@ type Service struct {
 	egress     *EgressAuth // which computers may use the egress proxy (egressauth.go)
 	pool       *Pool       // this instance's part of the warm pools (pool.go)
 	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
+	terms      terminals   // this process's open terminals (terminal.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu

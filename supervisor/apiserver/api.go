@@ -55,6 +55,8 @@ type Handler struct {
 
 	keyLimit  *limiter // per key (SetRateLimit)
 	pairLimit *limiter // unauthenticated pairing, per client address
+
+	links *terminalLinks // terminal page links (terminalpage.go)
 }
 
 // New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
@@ -81,6 +83,7 @@ func (h *Handler) routes() {
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(agentAdmin, h.confirm))
 	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(agentTool, h.view))
 	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.guard(agentTool, http.HandlerFunc(h.screenshot)))
+	h.terminalRoutes()
 	m.Handle("GET /v1/usage", h.auth(workspaceOK, h.usage))
 	m.Handle("DELETE /v1/workspaces/{workspace}", h.auth(workspaceOK, h.deleteWorkspace))
 	m.Handle("POST /v1/companions/pair-codes", h.auth(workspaceOK, h.createPairCode))
