@@ -5,7 +5,8 @@ package computerd
 //
 // The stream is a tar archive (POSIX pax) compressed with zstd, format
 // ArchiveFormat: a series of zstd frames of up to 2 MiB of the tar each,
-// which computerd compresses side by side on the computer's cores. It holds the home's contents, not the home folder itself,
+// which computerd compresses side by side on the computer's cores (all
+// but one with ?background=1, for a computer that keeps running). It holds the home's contents, not the home folder itself,
 // with relative names ("notes/a.txt", "notes/"), numeric owners (uid and
 // gid, no names), permissions, nanosecond modification times, symbolic
 // links as links (never followed) and hard links as links. Sparse files are

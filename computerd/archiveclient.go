@@ -50,6 +50,10 @@ type ArchiveOptions struct {
 	// count against computerd's, and the caller must compare its own
 	// SHA-256 with the returned ArchiveInfo's before it keeps them.
 	Unhashed bool
+	// Background leaves one of the computer's cores to its commands while
+	// the archive is made: for a checkpoint of a computer that keeps
+	// running, where a sleep may use them all.
+	Background bool
 }
 
 // ArchiveWith is Archive with options.
@@ -57,7 +61,11 @@ func (c *Client) ArchiveWith(ctx context.Context, w io.Writer, opts ArchiveOptio
 	const method, path = http.MethodGet, "/v1/archive"
 	wd := c.watch(ctx, fmt.Errorf("no progress within %s, the client's limit on an archive's silence when its context has no deadline: %w", c.callTimeout, context.DeadlineExceeded))
 	defer wd.stop()
-	resp, err := c.send(wd.ctx, method, path, nil, nil, "")
+	var q url.Values
+	if opts.Background {
+		q = url.Values{"background": {"1"}}
+	}
+	resp, err := c.send(wd.ctx, method, path, q, nil, "")
 	if err != nil {
 		return ArchiveInfo{}, wd.explain(err)
 	}

@@ -287,7 +287,7 @@ func (s *Service) archiveHome(ctx context.Context, x store.Session, name string,
 	_, sealed := s.cfg.Objects.(*objstore.Encrypted)
 	go func() {
 		var err error
-		info, err = c.ArchiveWith(ctx, &capWriter{w: pw, left: s.cfg.MaxArchiveBytes}, computerd.ArchiveOptions{Unhashed: sealed})
+		info, err = c.ArchiveWith(ctx, &capWriter{w: pw, left: s.cfg.MaxArchiveBytes}, computerd.ArchiveOptions{Unhashed: sealed, Background: name != store.SleepArchive})
 		pw.CloseWithError(err) // nil: io.EOF, the stream is whole
 		made <- err
 	}()

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,8 +66,12 @@ func (s *Server) handleArchive(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Trailer", computerd.ArchiveInfoTrailer+", "+computerd.ArchiveErrorTrailer)
 	w.WriteHeader(http.StatusOK)
 
+	workers := runtime.GOMAXPROCS(0)
+	if r.URL.Query().Get("background") == "1" {
+		workers-- // one core stays with the computer's commands
+	}
 	hw := &hashWriter{w: w, h: sha256.New()}
-	info, err := writeArchive(r.Context(), hw, home)
+	info, err := writeArchive(r.Context(), hw, home, max(workers, 1))
 	if err != nil {
 		var ae *httpjson.Error
 		if !errors.As(err, &ae) {
@@ -149,8 +154,8 @@ func (hw *hashWriter) Write(p []byte) (int, error) {
 // writeArchive writes the archive of home's contents to out. The stream
 // is complete only when it returns no error; otherwise it stops where
 // the error was, without the tar's end, which a restore requires.
-func writeArchive(ctx context.Context, out io.Writer, home string) (computerd.ArchiveInfo, error) {
-	enc, err := newZstdFrames(out)
+func writeArchive(ctx context.Context, out io.Writer, home string, workers int) (computerd.ArchiveInfo, error) {
+	enc, err := newZstdFrames(out, workers)
 	if err != nil {
 		return computerd.ArchiveInfo{}, err
 	}

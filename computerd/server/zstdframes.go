@@ -2,7 +2,6 @@ package server
 
 import (
 	"io"
-	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -10,8 +9,7 @@ import (
 
 // zstdFrames compresses what is written to it as a series of zstd frames
 // of frameBytes each (the last one shorter), compressed side by side by
-// one goroutine per core (at most maxFrameWorkers) and written to out in
-// order. Concatenated frames are one zstd stream to every decoder (RFC
+// up to maxFrameWorkers goroutines and written to out in order. Concatenated frames are one zstd stream to every decoder (RFC
 // 8878, section 3.1), `zstd -d` included. One zstd encoder compresses
 // one block after another; frames that start afresh let two cores share
 // the work, for a ratio a little worse than one frame's.
@@ -48,9 +46,10 @@ const (
 	maxFrameWorkers = 4
 )
 
-// newZstdFrames returns a zstdFrames onto out at zstd's fastest level.
-func newZstdFrames(out io.Writer) (*zstdFrames, error) {
-	workers := min(runtime.GOMAXPROCS(0), maxFrameWorkers)
+// newZstdFrames returns a zstdFrames onto out at zstd's fastest level,
+// compressing on up to workers goroutines.
+func newZstdFrames(out io.Writer, workers int) (*zstdFrames, error) {
+	workers = min(max(workers, 1), maxFrameWorkers)
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderConcurrency(workers),

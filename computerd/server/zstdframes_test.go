@@ -24,7 +24,7 @@ func TestZstdFramesRoundTrip(t *testing.T) {
 	}
 	for _, piece := range []int{4093, 64 << 10, frameBytes - 1, frameBytes, frameBytes + 1, len(in)} {
 		var out bytes.Buffer
-		w, err := newZstdFrames(&out)
+		w, err := newZstdFrames(&out, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func (b *brokenWriter) Write(p []byte) (int, error) {
 // TestZstdFramesWriteError: the first error writing out is what Write or
 // Close answers, and nothing hangs.
 func TestZstdFramesWriteError(t *testing.T) {
-	w, err := newZstdFrames(&brokenWriter{after: 1})
+	w, err := newZstdFrames(&brokenWriter{after: 1}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestZstdFramesWriteError(t *testing.T) {
 // TestZstdFramesAbort drops what is not written yet.
 func TestZstdFramesAbort(t *testing.T) {
 	var out bytes.Buffer
-	w, err := newZstdFrames(&out)
+	w, err := newZstdFrames(&out, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
