@@ -163,7 +163,7 @@ func TestShellUnderTerminal(t *testing.T) {
 	}
 
 	setWinsize(t, master, 132, 50)
-	at = await("50 132", at, "stty size\r")
+	await("50 132", at, "stty size\r")
 
 	master.Write([]byte("exit 7\r"))
 	select {

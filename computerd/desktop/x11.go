@@ -143,7 +143,7 @@ func dialX(display string, timeout time.Duration) (*xconn, error) {
 	x := &xconn{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	if err := x.setup(xauthCookie(n)); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("X display %s: %w", display, err)
+		return nil, fmt.Errorf("the X display %s: %w", display, err)
 	}
 	c.SetDeadline(time.Time{})
 	return x, nil
@@ -275,7 +275,7 @@ func (x *xconn) request(req []byte, deadline time.Time) ([]byte, error) {
 		seq := binary.LittleEndian.Uint16(head[2:])
 		switch head[0] {
 		case 0: // error
-			err := fmt.Errorf("X error %d (request %d.%d)", head[1], head[10], binary.LittleEndian.Uint16(head[8:]))
+			err := fmt.Errorf("an X error %d (request %d.%d)", head[1], head[10], binary.LittleEndian.Uint16(head[8:]))
 			if seq == x.seq {
 				return nil, err
 			}
@@ -283,7 +283,7 @@ func (x *xconn) request(req []byte, deadline time.Time) ([]byte, error) {
 		case 1: // reply
 			extra := 4 * int(binary.LittleEndian.Uint32(head[4:]))
 			if extra > 256<<20 {
-				return nil, fmt.Errorf("X reply of %d bytes", extra)
+				return nil, fmt.Errorf("an X reply of %d bytes", extra)
 			}
 			reply := make([]byte, 32+extra)
 			copy(reply, head[:])

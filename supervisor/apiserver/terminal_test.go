@@ -79,7 +79,7 @@ func TestTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	term.Write([]byte("stty size\n"))
-	at = out.await(t, at, "40 120")
+	out.await(t, at, "40 120")
 	term.Write([]byte("exit 3\n"))
 	exit, err := term.Wait()
 	if err != nil || exit.ExitCode != 3 || exit.Code != "" {
@@ -108,7 +108,6 @@ func TestTerminalsPerSessionAndSessionEnd(t *testing.T) {
 	c := e.client()
 
 	var open []*api.TerminalConn
-	var screens []*screen
 	for range api.MaxTerminals {
 		s := &screen{}
 		term, err := c.Terminal(ctx, "a1", api.TerminalRequest{}, s)
@@ -117,7 +116,7 @@ func TestTerminalsPerSessionAndSessionEnd(t *testing.T) {
 		}
 		term.Write([]byte("echo ready-$((40+2))\n"))
 		s.await(t, 0, "ready-42")
-		open, screens = append(open, term), append(screens, s)
+		open = append(open, term)
 	}
 	_, err := c.Terminal(ctx, "a1", api.TerminalRequest{}, nil)
 	var ae *api.APIError
