@@ -265,7 +265,10 @@ func TestNetworksFromOwnRange(t *testing.T) {
 // removed with its network and volume by a collector of another process;
 // a live one is left alone.
 func TestCollectorRemovesExpired(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
+	// Three creates and the release of two disks: on an engine that other
+	// packages' tests load (make test runs them side by side), a create
+	// has taken over a minute.
+	ctx := testContext(t, 5*time.Minute)
 	clk := clock.NewFake(time.Now())
 	d := newTestDocker(t, ctx, Options{Grace: 5 * time.Second, Clock: clk})
 	// One computer in a network of its own, one in a network holder's.
