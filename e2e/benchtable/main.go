@@ -111,6 +111,8 @@ var targets = map[string]target{
 	"e2e BenchmarkLiveViewFirstFrame computerd-idle-rss-MB":    atMost(15, "MB"),
 	"e2e BenchmarkDesktopScreenshot rest-screenshot-ms":        atMost(100, "ms (p50, 1280x720 PNG)"),
 	"e2e BenchmarkDesktopClick rest-click-ms":                  atMost(15, "ms (p50)"),
+	"e2e BenchmarkPortPreview added-ms":                        atMost(2, "ms (p50 added over direct)"),
+	"e2e BenchmarkPortPreview preview-MB/s":                    ratioAtLeast(0.5),
 }
 
 var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}
