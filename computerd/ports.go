@@ -23,8 +23,9 @@ const CodePortClosed = "port_closed"
 // ParsePort reads a TCP port that previews may reach: 1..65535, not
 // computerd's own.
 func ParsePort(s string) (int, error) {
+	// Digits only, no leading zero: one spelling per port.
 	p, err := strconv.Atoi(s)
-	if err != nil || p < 1 || p > 65535 || strings.TrimLeft(s, "0123456789") != "" || (len(s) > 1 && s[0] == '0') {
+	if err != nil || strings.Trim(s, "0123456789") != "" || s[0] == '0' || p > 65535 {
 		return 0, fmt.Errorf("port: %q is not a TCP port (1 to 65535)", s)
 	}
 	if p == Port {

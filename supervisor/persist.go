@@ -295,10 +295,9 @@ func (s *Service) archiveHome(ctx context.Context, x store.Session, name string,
 	pr.CloseWithError(errors.Join(perr, io.ErrClosedPipe))
 	aerr := <-made
 	if aerr == nil && perr == nil && sealed && !strings.EqualFold(stored.Metadata[objstore.MetaSHA256], info.SHA256) {
-		aerr = fmt.Errorf("the supervisor stored %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
-			stored.Size, stored.Metadata[objstore.MetaSHA256], info.Bytes, info.SHA256, computerd.ErrArchiveIncomplete)
 		s.dropObject(ctx, key)
-		return store.Archive{}, fmt.Errorf("archive from the computer: %w", aerr)
+		return store.Archive{}, fmt.Errorf("archive from the computer: the supervisor stored %d bytes with SHA-256 %s, computerd sent %d with %s: %w",
+			stored.Size, stored.Metadata[objstore.MetaSHA256], info.Bytes, info.SHA256, computerd.ErrArchiveIncomplete)
 	}
 	if aerr != nil || perr != nil {
 		if perr == nil {

@@ -324,11 +324,7 @@ func mouseSteps(r MouseRequest, w, h int) ([]step, error) {
 		if err := moveTo("coordinate", r.Coordinate, false); err != nil {
 			return nil, err
 		}
-		steps = append(steps, keySteps(mods, true)...)
-		for range n {
-			steps = append(steps, step{typ: xButtonPress, detail: b}, step{typ: xButtonRelease, detail: b})
-		}
-		steps = append(steps, keySteps(mods, false)...)
+		steps = append(steps, presses(mods, b, n)...)
 	case MouseDown, MouseUp:
 		b, err := button()
 		if err != nil {
@@ -391,11 +387,7 @@ func mouseSteps(r MouseRequest, w, h int) ([]step, error) {
 		if err := moveTo("coordinate", r.Coordinate, false); err != nil {
 			return nil, err
 		}
-		steps = append(steps, keySteps(mods, true)...)
-		for range n {
-			steps = append(steps, step{typ: xButtonPress, detail: b}, step{typ: xButtonRelease, detail: b})
-		}
-		steps = append(steps, keySteps(mods, false)...)
+		steps = append(steps, presses(mods, b, n)...)
 	case "":
 		return nil, badRequest("action: required (move, click, down, up, drag or scroll)")
 	default:
@@ -415,6 +407,15 @@ type step struct {
 }
 
 // keySteps presses (down) or releases keys, releasing in reverse order.
+// presses clicks button b n times with the keys mods held.
+func presses(mods []keyName, b uint8, n int) []step {
+	steps := keySteps(mods, true)
+	for range n {
+		steps = append(steps, step{typ: xButtonPress, detail: b}, step{typ: xButtonRelease, detail: b})
+	}
+	return append(steps, keySteps(mods, false)...)
+}
+
 func keySteps(keys []keyName, down bool) []step {
 	var out []step
 	for i := range keys {

@@ -151,10 +151,7 @@ func (w *zstdFrames) Close() error {
 		w.submit()
 	}
 	w.stop()
-	if err := w.failed(); err != nil {
-		return err
-	}
-	return nil
+	return w.failed()
 }
 
 // Abort ends the stream where it is: frames not yet written are dropped.
