@@ -33,7 +33,7 @@ const (
 	PathScroll     = PathPrefix + "scroll"
 	PathScreenshot = PathPrefix + "screenshot"
 	PathTabs       = PathPrefix + "tabs"
-	PathWait       = PathPrefix + "wait"
+	PathWait       = PathPrefix + "wait_for"
 	PathEvaluate   = PathPrefix + "evaluate"
 )
 
