@@ -36,7 +36,7 @@ func TestMCPDrivesDockerComputer(t *testing.T) {
 	for _, tl := range tools.Tools {
 		names = append(names, tl.Name)
 	}
-	if got := strings.Join(names, ","); got != "computer_action,computer_checkpoint,computer_exec,computer_read_file,computer_screenshot,computer_start,computer_stop,computer_write_file" {
+	if got := strings.Join(names, ","); got != "browser_click,browser_evaluate,browser_navigate,browser_press,browser_screenshot,browser_scroll,browser_snapshot,browser_tabs,browser_type,browser_wait_for,computer_action,computer_checkpoint,computer_exec,computer_read_file,computer_screenshot,computer_start,computer_stop,computer_write_file" {
 		t.Fatalf("tools: %s", got)
 	}
 	call := func(name string, args any) (*mcp.CallToolResult, string) {

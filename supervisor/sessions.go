@@ -460,6 +460,7 @@ func (s *Service) endSession(ctx context.Context, x store.Session, reason string
 		return x
 	}
 	s.terms.end(x.ID, endWhy(x, now, reason))
+	s.hosted.drop(x.ID)
 	// The instance that ended the session does its cleanup: another takes
 	// it over only once this one is dead (see resumeCleanups), even when
 	// the session's last claim was a dead instance's.

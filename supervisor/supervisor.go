@@ -99,12 +99,13 @@ type Service struct {
 	log  *slog.Logger
 	http *http.Client
 
-	calls      *Calls      // idempotent tool calls (calls.go)
-	pairing    *Pairing    // lenders' agents pairing (pairing.go)
-	egress     *EgressAuth // which computers may use the egress proxy (egressauth.go)
-	pool       *Pool       // this instance's part of the warm pools (pool.go)
-	reconciler *Reconciler // matches machines to sessions after a restart (reconcile.go)
-	terms      terminals   // this process's open terminals (terminal.go)
+	calls      *Calls         // idempotent tool calls (calls.go)
+	pairing    *Pairing       // lenders' agents pairing (pairing.go)
+	egress     *EgressAuth    // which computers may use the egress proxy (egressauth.go)
+	pool       *Pool          // this instance's part of the warm pools (pool.go)
+	reconciler *Reconciler    // matches machines to sessions after a restart (reconcile.go)
+	terms      terminals      // this process's open terminals (terminal.go)
+	hosted     hostedBrowsers // this process's connections to hosted browsers (browser.go)
 
 	reapMu    sync.Mutex // one reaper pass at a time in this process
 	lastPurge time.Time  // of call records and viewer seats, under reapMu

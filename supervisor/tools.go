@@ -25,6 +25,12 @@ const UncertainAdvice = "The command's result was lost (the computer or the link
 // the live session first, as every tool call does; the connection and the
 // agent are looked up only to say why there is none.
 func (s *Service) running(ctx context.Context, agent string) (store.Session, error) {
+	return s.live(ctx, agent, false)
+}
+
+// live is running, with hosted browser sessions allowed when browsers is
+// set (for the browser tools).
+func (s *Service) live(ctx context.Context, agent string, browsers bool) (store.Session, error) {
 	x, err := s.st.LiveSession(ctx, agent)
 	if errors.Is(err, store.ErrNotFound) {
 		if _, cerr := s.connection(ctx, agent); cerr != nil {
@@ -53,9 +59,9 @@ func (s *Service) running(ctx context.Context, agent string) (store.Session, err
 	if !s.clk.Now().Before(x.ExpiresAt) {
 		return x, errorf(http.StatusConflict, CodeNoSession, "session %s expired at %s; call computer_start for a new one", x.ID, x.ExpiresAt.Format(time.RFC3339))
 	}
-	if _, ok := s.cfg.Providers[x.Provider].(BrowserSession); ok {
+	if _, ok := s.cfg.Providers[x.Provider].(BrowserSession); ok && !browsers {
 		return x, errorf(http.StatusUnprocessableEntity, CodeBrowserSession,
-			"not available on a browser session: the %s provider gives a hosted browser with no shell or files; drive it over the CDP URL in the session's browser.cdpUrl", x.Provider)
+			"not available on a browser session: the %s provider gives a hosted browser with no shell or files; use the browser tools (browser_navigate, browser_snapshot, ...) or its CDP URL in the session's browser.cdpUrl", x.Provider)
 	}
 	if x, err = s.woken(ctx, x); err != nil {
 		return x, err

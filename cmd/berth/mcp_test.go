@@ -47,7 +47,7 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 8 {
+	if err != nil || len(tools.Tools) != 18 {
 		t.Fatalf("tools: %v, %v", tools, err)
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "computer_start"})
@@ -227,8 +227,8 @@ func TestMCPStdioAnswersBeforeEOF(t *testing.T) {
 		}
 	}
 	tools, _ := answers[2]["result"].(map[string]any)["tools"].([]any)
-	if len(tools) != 8 {
-		t.Errorf("tools/list = %v, want 8 tools", answers[2])
+	if len(tools) != 18 {
+		t.Errorf("tools/list = %v, want 18 tools", answers[2])
 	}
 	if got, _ := json.Marshal(answers[3]); !strings.Contains(string(got), "Computer running: session s1") {
 		t.Errorf("computer_start = %s", got)

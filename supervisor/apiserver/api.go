@@ -80,6 +80,7 @@ func (h *Handler) routes() {
 	m.Handle("DELETE /v1/agents/{agent}/computer", h.auth(agentAdmin, h.disconnect))
 	h.toolRoutes()
 	h.desktopRoutes()
+	h.browserRoutes()
 	m.Handle("POST /v1/agents/{agent}/computer/confirm-cleanup", h.auth(agentAdmin, h.confirm))
 	m.Handle("POST /v1/agents/{agent}/computer/view", h.auth(agentTool, h.view))
 	m.Handle("GET /v1/agents/{agent}/computer/screenshot", h.guard(agentTool, http.HandlerFunc(h.screenshot)))

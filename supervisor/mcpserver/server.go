@@ -98,6 +98,7 @@ func New(c *api.Client, agent string, opts ...Option) *Server {
 	})
 	s.addTools()
 	s.addDesktopTools()
+	s.addBrowserTools()
 	return s
 }
 

@@ -53,7 +53,9 @@ func TestListTools(t *testing.T) {
 			names = append(names, tool.Name)
 		}
 		slices.Sort(names)
-		want := []string{"computer_action", "computer_checkpoint", "computer_exec", "computer_read_file", "computer_screenshot", "computer_start", "computer_stop", "computer_write_file"}
+		want := []string{"browser_click", "browser_evaluate", "browser_navigate", "browser_press", "browser_screenshot",
+			"browser_scroll", "browser_snapshot", "browser_tabs", "browser_type", "browser_wait_for",
+			"computer_action", "computer_checkpoint", "computer_exec", "computer_read_file", "computer_screenshot", "computer_start", "computer_stop", "computer_write_file"}
 		if !slices.Equal(names, want) {
 			t.Fatalf("tools = %v, want %v", names, want)
 		}
