@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
 
@@ -170,4 +172,73 @@ func TestBrowserToolsOverMCP(t *testing.T) {
 	if _, tree = call("browser_snapshot", nil); !strings.Contains(tree, `button "Greet"`) {
 		t.Fatalf("snapshot after the crash:\n%s", tree)
 	}
+}
+
+// bigPage writes a page of 1,000 elements an agent reads and acts on (250
+// each of links, buttons, labelled fields and paragraphs, in lists and
+// sections) into the computer and serves it on port 8001.
+const bigPage = `mkdir -p /tmp/big && python3 - <<'EOF'
+parts = ['<!doctype html><html><head><meta charset="utf-8"><title>Big page</title></head><body><h1>Big page</h1>']
+for s in range(25):
+    parts.append('<section><h2>Section %d</h2><ul>' % s)
+    for i in range(10):
+        n = s * 10 + i
+        parts.append('<li><a href="#a%d">Link %d</a> <button>Button %d</button> '
+                     '<label>Field %d <input value="v%d"></label><p>Paragraph %d of the big page.</p></li>' % (n, n, n, n, n, n))
+    parts.append('</ul></section>')
+parts.append('</body></html>')
+open('/tmp/big/index.html', 'w').write(''.join(parts))
+EOF
+nohup python3 -m http.server 8001 --bind 127.0.0.1 --directory /tmp/big >/tmp/big.log 2>&1 &`
+
+// BenchmarkBrowserSnapshot times browser_snapshot through REST of a page
+// of 1,000 elements served in a real headless computer (target: at most
+// 300 ms), against browser_tabs listing the tabs through the same path in
+// the same run (the call's own cost without the tree).
+func BenchmarkBrowserSnapshot(b *testing.B) {
+	requireDocker(b, "berth/headless:latest")
+	s, _ := serveDaemon(b, daemon.Options{Egress: daemon.EgressOptions{Listen: ":0"}},
+		map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/headless:latest", "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1"})
+	const agent = "benchsnap"
+	connect(s, agent)
+	s.must("POST", "/v1/agents/"+agent+"/computer/start", nil, 200, nil)
+	defer s.call("POST", "/v1/agents/"+agent+"/computer/stop", nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute+time.Duration(b.N)*5*time.Second)
+	defer cancel()
+	if x := s.exec(agent, bigPage); x.ExitCode != 0 {
+		b.Fatalf("serve the page: %+v", x)
+	}
+	base := "/v1/agents/" + agent + "/computer/browser/"
+	if !testkit.Poll(30*time.Second, func() bool {
+		st, _, err := postRaw(ctx, s, base+"navigate", map[string]any{"url": "http://127.0.0.1:8001/"})
+		return err == nil && st == 200
+	}) {
+		b.Fatalf("the page never loaded: %s", s.exec(agent, "cat /tmp/big.log").Stdout)
+	}
+	timed := func(tool string, check func([]byte)) func() time.Duration {
+		return func() time.Duration {
+			start := time.Now()
+			st, data, err := postRaw(ctx, s, base+tool, map[string]any{})
+			d := time.Since(start)
+			if err != nil || st != 200 {
+				b.Fatalf("%s: %d %v %.300s", tool, st, err, data)
+			}
+			check(data)
+			return d
+		}
+	}
+	snapshot := timed("snapshot", func(data []byte) {
+		var snap struct {
+			Nodes     int
+			Truncated bool
+			Tree      string
+		}
+		json.Unmarshal(data, &snap)
+		if snap.Nodes < 1000 || snap.Truncated || !strings.Contains(snap.Tree, `button "Button 249"`) {
+			b.Fatalf("snapshot: %d nodes, truncated %v, %d bytes", snap.Nodes, snap.Truncated, len(snap.Tree))
+		}
+	})
+	tabs := timed("tabs", func([]byte) {})
+	snapshot()
+	pairedRuns(b, "rest-snapshot-ms", snapshot, "base-rest-tabs-ms", tabs)
 }

@@ -113,6 +113,7 @@ var targets = map[string]target{
 	"e2e BenchmarkDesktopClick rest-click-ms":                  atMost(15, "ms (p50)"),
 	"e2e BenchmarkPortPreview added-ms":                        atMost(2, "ms (p50 added over direct)"),
 	"e2e BenchmarkPortPreview preview-MB/s":                    ratioAtLeast(0.5),
+	"e2e BenchmarkBrowserSnapshot rest-snapshot-ms":            atMost(300, "ms (p50, 1,000 elements)"),
 }
 
 var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}
