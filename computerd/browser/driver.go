@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
@@ -29,6 +30,10 @@ type DriverOptions struct {
 	// allows them (the files are the computer's own); a hosted session
 	// does not.
 	AllowFile bool
+	// ViewportWidth and ViewportHeight, when set, fix each tab's viewport
+	// in CSS pixels (computerd's headless browser: its window's frame
+	// would otherwise take part of the window size).
+	ViewportWidth, ViewportHeight int
 	// Logger receives the DevTools client's own complaints (default:
 	// discarded).
 	Logger *slog.Logger
@@ -56,6 +61,7 @@ type tab struct {
 	ctx    context.Context // its chromedp context, nil until attached
 	cancel context.CancelFunc
 	t      *chromedp.Target
+	axOn   bool // Accessibility domain enabled
 }
 
 // Dial attaches to the browser whose DevTools websocket is wsURL
@@ -282,6 +288,13 @@ func (d *Driver) attach(ctx context.Context, t *tab) error {
 		return ctx.Err()
 	}
 	t.ctx, t.cancel, t.t = tctx, cancel, chromedp.FromContext(tctx).Target
+	if d.opts.ViewportWidth > 0 && d.opts.ViewportHeight > 0 {
+		_, err := cdp.Call(ctx, t.t, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+			Width: int64(d.opts.ViewportWidth), Height: int64(d.opts.ViewportHeight), DeviceScaleFactor: 1})
+		if err != nil {
+			return fmt.Errorf("set the viewport: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -2,9 +2,9 @@ package browser
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/testkit"
@@ -100,7 +98,7 @@ func (e *external) stop() {
 }
 
 // pages serves the test pages on loopback.
-func pages(t *testing.T) *httptest.Server {
+func pages(t testing.TB) *httptest.Server {
 	t.Helper()
 	release := make(chan struct{})
 	mux := http.NewServeMux()
@@ -189,5 +187,6 @@ func refOf(t *testing.T, tree, what string) string {
 	return ""
 }
 
-var _ = goleak.IgnoreCurrent
-var _ context.Context
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
@@ -21,7 +22,17 @@ func (d *Driver) Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, e
 	}
 	var s Snapshot
 	err := d.do(ctx, DefaultTimeout, "snapshot", func(ctx context.Context, t *tab) error {
+		if !t.axOn {
+			// With the domain on, the page keeps its accessibility tree
+			// between snapshots instead of building it for each.
+			if _, err := cdp.Call(ctx, t.t, accessibility.Enable, cdp.Empty{}); err != nil {
+				return err
+			}
+			t.axOn = true
+		}
+		start := time.Now()
 		res, err := cdp.Call(ctx, t.t, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+		d.log.Debug("accessibility tree", "nodes", len(res.Nodes), "took", time.Since(start))
 		if err != nil {
 			return err
 		}
@@ -94,8 +105,10 @@ func renderTree(nodes []*accessibility.Node, limit int) (tree string, lines int,
 	b.Grow(min(limit, 64<<10))
 	var line []byte
 	full := false
-	var walk func(n *accessibility.Node, depth int, parentName string)
-	walk = func(n *accessibility.Node, depth int, parentName string) {
+	// parentSays is what the nearest shown ancestor's line says (its
+	// name and value): text repeating it is left out.
+	var walk func(n *accessibility.Node, depth int, parentSays [2]string)
+	walk = func(n *accessibility.Node, depth int, parentSays [2]string) {
 		if full {
 			return
 		}
@@ -110,12 +123,12 @@ func renderTree(nodes []*accessibility.Node, limit int) (tree string, lines int,
 		}
 		if show && role == "StaticText" {
 			// Text a parent's name already says adds nothing.
-			show = name != "" && name != parentName
+			show = name != "" && name != parentSays[0] && name != parentSays[1]
 		}
 		if show && role == "RootWebArea" {
 			show = false
 		}
-		childDepth, childParent := depth, parentName
+		childDepth, childParent := depth, parentSays
 		if show {
 			line = appendLine(line[:0], n, role, name, depth)
 			if b.Len()+len(line) > limit {
@@ -124,7 +137,7 @@ func renderTree(nodes []*accessibility.Node, limit int) (tree string, lines int,
 			}
 			b.Write(line)
 			lines++
-			childDepth, childParent = depth+1, name
+			childDepth, childParent = depth+1, [2]string{name, strings.TrimSpace(axValue(n.Value))}
 		}
 		for _, id := range n.ChildIDs {
 			if c := byID[id]; c != nil {
@@ -132,7 +145,7 @@ func renderTree(nodes []*accessibility.Node, limit int) (tree string, lines int,
 			}
 		}
 	}
-	walk(root, 0, "")
+	walk(root, 0, [2]string{})
 	return b.String(), lines, full
 }
 
