@@ -59,6 +59,11 @@ const (
 	// CodeEvaluateFailed: the script threw; the message has the exception
 	// (422).
 	CodeEvaluateFailed = "evaluate_failed"
+	// CodeNavigationFailed: the page could not be loaded at all (a name
+	// that does not resolve, a refused connection, a TLS failure); the
+	// message has the browser's net error (502). A page that answers
+	// with an HTTP error status loads normally.
+	CodeNavigationFailed = "navigation_failed"
 )
 
 // Limits of the browser tools' requests and answers.
