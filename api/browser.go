@@ -41,6 +41,10 @@ const (
 	// CodeEvaluateFailed: the script threw; the message has the exception
 	// (422).
 	CodeEvaluateFailed = "evaluate_failed"
+	// CodeNavigationFailed: the page could not be loaded at all (a name
+	// that does not resolve, a refused connection, a TLS failure); the
+	// message has the browser's net error (502).
+	CodeNavigationFailed = "navigation_failed"
 	// CodeEvaluateNotAllowed: browser_evaluate on a connection that does
 	// not allow it (403); connect with "browserEvaluate": true.
 	CodeEvaluateNotAllowed = "evaluate_not_allowed"

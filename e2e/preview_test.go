@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/supervisor/daemon"
 )
 
 //go:embed testdata/previewapp.js
@@ -195,4 +197,63 @@ func BenchmarkPortPreview(b *testing.B) {
 	b.ReportMetric(mbs(baseBig), "base-direct-MB/s")
 	b.ReportMetric(mbs(oursBig)/mbs(baseBig), "ratio")
 	b.ReportMetric(0, "ns/op")
+}
+
+// TestPortPreviewHostDocker opens a preview on a host of its own
+// (PREVIEW_DOMAIN=preview.localhost, which Chromium resolves to loopback)
+// in headless Chromium: the app's page runs in that host's origin, not a
+// sandboxed one, and talks to the app over a websocket through it.
+func TestPortPreviewHostDocker(t *testing.T) {
+	requireDocker(t, "berth/headless:latest")
+	requireChromium(t)
+	s, _ := serveDaemon(t, daemon.Options{Egress: daemon.EgressOptions{Listen: ":0"}},
+		map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/headless:latest", "COMPUTER_MEMORY_MB": "512",
+			"COMPUTER_NETWORK_POOL": "1", "PREVIEW_DOMAIN": "preview.localhost"})
+	connect(s, "pvh")
+	s.must("POST", "/v1/agents/pvh/computer/start", nil, 200, nil)
+	t.Cleanup(func() { s.call("POST", "/v1/agents/pvh/computer/stop", nil, nil) })
+	s.must("POST", "/v1/agents/pvh/computer/write_file", map[string]any{"path": "previewapp.js", "content": previewApp}, 200, nil)
+	if x := s.exec("pvh", "nohup node previewapp.js 8080 127.0.0.1 >app.log 2>&1 &"); x.ExitCode != 0 {
+		t.Fatalf("start the app: %+v", x)
+	}
+	var p api.Preview
+	s.must("POST", "/v1/agents/pvh/computer/ports/8080/preview", nil, 201, &p)
+	u, err := url.Parse(p.URL)
+	if err != nil || !strings.HasSuffix(u.Hostname(), ".preview.localhost") || u.Path != "/" {
+		t.Fatalf("preview URL %q: want a host under preview.localhost", p.URL)
+	}
+	// Go does not resolve *.localhost: dial the supervisor, keep the Host.
+	sup, _ := url.Parse(s.url)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, sup.Host)
+	}}}
+	if !testkit.Poll(30*time.Second, func() bool {
+		resp, err := c.Get(p.URL + "tiny")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 100))
+		return resp.StatusCode == 200 && string(b) == "ok"
+	}) {
+		t.Fatalf("the app never answered through %s: %s", p.URL, s.exec("pvh", "cat app.log").Stdout)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bctx := browser(t, ctx)
+	if err := chromedp.Do(bctx, chromedp.Navigate(p.URL)); err != nil {
+		t.Fatalf("open %s: %v", p.URL, err)
+	}
+	var out string
+	if !testkit.Poll(20*time.Second, func() bool {
+		out, _ = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("out") ? document.getElementById("out").textContent : ""`))
+		return out == "echo: ping from the page"
+	}) {
+		t.Fatalf("the page's websocket through the preview: %q, want the app's echo", out)
+	}
+	origin, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`self.origin`))
+	if want := "http://" + u.Host; origin != want {
+		t.Errorf("the previewed page's origin is %q, want %q", origin, want)
+	}
 }

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -15,46 +16,48 @@ import (
 // hostedBrowsers are this process's connections to hosted browser
 // sessions' DevTools, by session: the supervisor drives a hosted browser
 // itself, where a computer's computerd drives its own. A connection keeps
-// the selected tab between calls; it is closed when its session ends here.
-// Another supervisor instance opens its own, which selects the first tab.
+// the selected tab between calls; it is closed when its session ends here,
+// and dialled again when the browser dropped it. Another supervisor
+// instance opens its own, which selects the first tab.
 type hostedBrowsers struct {
 	mu  sync.Mutex
-	set map[string]*hostedBrowser
+	set map[string]*browser.Driver
 }
 
-type hostedBrowser struct {
-	mu sync.Mutex // one call at a time
-	d  *browser.Driver
-}
-
-// get returns the session's connection, dialling cdpURL when it has none.
-func (h *hostedBrowsers) get(ctx context.Context, session, cdpURL string) (*hostedBrowser, error) {
+// get returns the session's connection, dialling cdpURL when it has none
+// or lost it.
+func (h *hostedBrowsers) get(ctx context.Context, session, cdpURL string, log *slog.Logger) (*browser.Driver, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if b := h.set[session]; b != nil {
-		return b, nil
+	if d := h.set[session]; d != nil {
+		select {
+		case <-d.Lost():
+			d.Close()
+		default:
+			return d, nil
+		}
 	}
-	d, err := browser.Dial(ctx, cdpURL)
+	d, err := browser.Dial(ctx, cdpURL, browser.DriverOptions{Logger: log})
 	if err != nil {
+		delete(h.set, session)
 		return nil, err
 	}
 	if h.set == nil {
-		h.set = map[string]*hostedBrowser{}
+		h.set = map[string]*browser.Driver{}
 	}
-	b := &hostedBrowser{d: d}
-	h.set[session] = b
-	return b, nil
+	h.set[session] = d
+	return d, nil
 }
 
 // drop closes the session's connection, leaving the hosted browser as it
 // is (its provider ends it with the session).
 func (h *hostedBrowsers) drop(session string) {
 	h.mu.Lock()
-	b := h.set[session]
+	d := h.set[session]
 	delete(h.set, session)
 	h.mu.Unlock()
-	if b != nil {
-		b.d.Close()
+	if d != nil {
+		d.Close()
 	}
 }
 
@@ -72,19 +75,11 @@ func (s *Service) withBrowser(ctx context.Context, agent string, do func(browser
 		if cdp == "" {
 			return errorf(http.StatusBadGateway, api.CodeBrowserFailed, "the %s provider gave session %s no DevTools URL", x.Provider, x.ID)
 		}
-		hb, err := s.hosted.get(ctx, x.ID, cdp)
+		d, err := s.hosted.get(ctx, x.ID, cdp, s.log)
 		if err != nil {
 			return browserError(x, err)
 		}
-		hb.mu.Lock()
-		defer hb.mu.Unlock()
-		err = do(hb.d)
-		var he *Error
-		if errors.As(err, &he) && he.Code == api.CodeBrowserFailed {
-			// The connection broke: the next call dials again.
-			s.hosted.drop(x.ID)
-		}
-		return browserError(x, err)
+		return browserError(x, do(d))
 	}
 	hc, h, err := s.transport(ctx, x)
 	if err != nil {

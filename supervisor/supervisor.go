@@ -86,6 +86,10 @@ type Config struct {
 	// MaxArchiveBytes one archive's size (default 64 GiB).
 	ArchiveTimeout  time.Duration
 	MaxArchiveBytes int64
+	// PreviewDomain, when set (PREVIEW_DOMAIN, checked by
+	// CheckPreviewDomain), gives each port preview a host of its own
+	// under it, in place of a path under the supervisor's host.
+	PreviewDomain string
 }
 
 // Service carries out the supervisor's operations; REST and MCP both call it.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/browser"
 	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/computerd/server"
 )
@@ -81,7 +82,10 @@ func run(log *slog.Logger) error {
 	tuneMemory()
 
 	log = log.With("computer", id)
-	cfg := server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log}
+	cfg := server.Config{TokenHash: hash, BindHash: bindHash, Home: home, ComputerID: id, Version: buildVersion(), Logger: log,
+		// Every image has Chromium; where it is missing, the browser
+		// tools answer so.
+		Browser: &browser.LauncherConfig{Logger: log}}
 	if os.Getenv(desktop.EnvDesktop) == "1" {
 		// A bad desktop setting leaves the computer usable without its screen.
 		if dc, err := desktop.ConfigFromEnv(os.Getenv); err != nil {

@@ -60,6 +60,11 @@ const (
 	// CodeEvaluateFailed: the script threw; the message has the exception
 	// (422).
 	CodeEvaluateFailed = api.CodeEvaluateFailed
+	// CodeNavigationFailed: the page could not be loaded at all (a name
+	// that does not resolve, a refused connection, a TLS failure); the
+	// message has the browser's net error (502). A page that answers
+	// with an HTTP error status loads normally.
+	CodeNavigationFailed = api.CodeNavigationFailed
 )
 
 // Limits of the browser tools' requests and answers.

@@ -18,7 +18,8 @@ const reapInterval = 30 * time.Second
 // exits becomes its child, and without a wait each would stay a zombie,
 // holding a slot of the computer's process limit.
 //
-// Commands that computerd started itself are left to their own waiters.
+// Commands that computerd started itself, and the browser it runs, are
+// left to their own waiters.
 func (s *Server) ReapOrphans(ctx context.Context) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
@@ -52,7 +53,7 @@ func (s *Server) reap() {
 		if p.ppid != self || p.state != "Z" {
 			continue
 		}
-		if _, ours := s.children[p.pid]; ours {
+		if _, ours := s.children[p.pid]; ours || s.own[p.pid] {
 			continue
 		}
 		var ws syscall.WaitStatus

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/browser"
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/token"
 )
@@ -49,6 +52,11 @@ type Config struct {
 	// Desktop, when set, serves live view and the screenshot (package
 	// images/computerd/desktop) under /v1/desktop and /v1/screenshot.
 	Desktop http.Handler
+	// Browser, when set, serves the browser tools under
+	// browser.PathPrefix: one Chromium started on the first call, with
+	// the commands' environment (and so the computer's proxy), stopped
+	// when the server closes. Its Env, Start and Exited are the server's.
+	Browser *browser.LauncherConfig
 	// Env is added to the environment commands inherit, as a container's
 	// variables are; a daemon running in-process (the fake providers) sets
 	// it instead of its own process environment.
@@ -79,6 +87,11 @@ type Server struct {
 	children map[int]*child
 	closed   bool
 	trim     *time.Timer // returns memory to the OS after large answers
+	// own are processes computerd runs for itself (the browser), which
+	// the reaper leaves to their own waiters.
+	own map[int]bool
+
+	browser *browser.Launcher // nil without Config.Browser
 }
 
 // New returns a Server for cfg.
@@ -96,6 +109,7 @@ func New(cfg Config) *Server {
 		maxList:  computerd.MaxListEntries,
 		mux:      http.NewServeMux(),
 		children: make(map[int]*child),
+		own:      make(map[int]bool),
 	}
 	if s.grace <= 0 {
 		s.grace = DefaultOutputGrace
@@ -103,8 +117,48 @@ func New(cfg Config) *Server {
 	if cfg.TokenHash != "" {
 		s.binding.Store(&binding{tokenHash: cfg.TokenHash})
 	}
+	if cfg.Browser != nil {
+		bc := *cfg.Browser
+		bc.Env = s.browserEnv
+		bc.Start = s.startOwn
+		bc.Exited = s.forgetOwn
+		if bc.Logger == nil {
+			bc.Logger = cfg.Logger
+		}
+		s.browser = browser.NewLauncher(bc)
+	}
 	s.routes()
 	return s
+}
+
+// browserEnv is the browser's environment: the commands' own.
+func (s *Server) browserEnv() []string {
+	env, err := s.environ(nil)
+	if err != nil {
+		return os.Environ()
+	}
+	return env
+}
+
+// startOwn starts a process computerd runs for itself, unless it is
+// shutting down, and keeps the reaper away from it.
+func (s *Server) startOwn(cmd *exec.Cmd) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("computerd is shutting down")
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	s.own[cmd.Process.Pid] = true
+	return nil
+}
+
+func (s *Server) forgetOwn(pid int) {
+	s.mu.Lock()
+	delete(s.own, pid)
+	s.mu.Unlock()
 }
 
 // handlerFunc is an HTTP handler that reports a failure as an error; errors
@@ -136,6 +190,10 @@ func (s *Server) routes() {
 		return errorf(http.StatusMethodNotAllowed, computerd.CodeBadRequest, "%s /v1/archive: use GET or PUT", r.Method)
 	}, true))
 	s.mux.Handle(computerd.PortsPath, s.wrap(s.handlePorts, true))
+	if s.browser != nil {
+		h := browser.NewServer(s.browser, s.log)
+		s.mux.Handle(browser.PathPrefix, s.wrap(func(w http.ResponseWriter, r *http.Request) error { h.ServeHTTP(w, r); return nil }, true))
+	}
 	if d := s.cfg.Desktop; d != nil {
 		serve := func(w http.ResponseWriter, r *http.Request) error { d.ServeHTTP(w, r); return nil }
 		s.mux.Handle("/v1/desktop", s.wrap(serve, true))
@@ -229,6 +287,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		n := len(s.children)
 		s.mu.Unlock()
 		if n == 0 {
+			s.closeBrowser()
 			return nil
 		}
 		select {
@@ -257,7 +316,15 @@ func (s *Server) Close() error {
 	for _, pid := range pids {
 		killTree(pid)
 	}
+	s.closeBrowser()
 	return nil
+}
+
+// closeBrowser stops the browser, if one runs.
+func (s *Server) closeBrowser() {
+	if s.browser != nil {
+		s.browser.Close()
+	}
 }
 
 func errorf(status int, code, format string, args ...any) *httpjson.Error {

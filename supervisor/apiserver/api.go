@@ -103,9 +103,10 @@ func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if strings.HasPrefix(r.URL.Path, supervisor.PreviewPath) {
+	if strings.HasPrefix(r.URL.Path, supervisor.PreviewPath) || h.svc.PreviewHost(r.Host) {
 		// Not through the mux, which would answer a path with ".." with a
 		// redirect out of the preview: the preview resolves it inside.
+		// A host on the preview domain reaches nothing but its preview.
 		h.svc.ServePreview(w, r)
 		return
 	}

@@ -6,6 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +17,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
 )
 
 // appServer is a web server in the computer (the fake provider's
@@ -167,5 +172,125 @@ func TestPortPreview(t *testing.T) {
 	e.clock.Advance(2 * time.Second) // past what a preview trusts of its session
 	if resp, body := get(t, p.URL, ""); resp.StatusCode != 410 || strings.Contains(body, "app page") {
 		t.Fatalf("after the stop: %d %q, want 410", resp.StatusCode, body)
+	}
+}
+
+// hostGet GETs path from the test server with the given Host.
+func hostGet(t *testing.T, srvURL, host, path string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srvURL+path, nil)
+	req.Host = host
+	req.Header.Set("Authorization", "Bearer "+opToken)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// TestPortPreviewHost: with a preview domain each link is a host of its
+// own whose whole path is the app's (absolute links work), in its own
+// origin (no sandbox), with cookies kept to that host; no host under the
+// domain reaches the API, a forged or changed label is refused, and the
+// link ends with the session.
+func TestPortPreviewHost(t *testing.T) {
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, st, func(c *supervisor.Config) { c.PreviewDomain = "preview.test" })
+	e.connect("ph", 900, 36000)
+	port, _ := appServerWithCookie(t, "theme=dark; Domain=preview.test; Path=/")
+	e.mustCall("POST", "/v1/agents/ph/computer/start", nil, 200, nil)
+	var p api.Preview
+	e.mustCall("POST", "/v1/agents/ph/computer/ports/"+strconv.Itoa(port)+"/preview", nil, 201, &p)
+	u, err := url.Parse(p.URL)
+	if err != nil || u.Path != "/" || !strings.HasSuffix(u.Hostname(), ".preview.test") || u.Port() != strings.TrimPrefix(e.srv.URL[strings.LastIndex(e.srv.URL, ":"):], ":") {
+		t.Fatalf("preview URL %q: want http://{label}.preview.test:{the server's port}/", p.URL)
+	}
+	label, _, _ := strings.Cut(u.Hostname(), ".")
+	if len(label) > 63 || !strings.HasPrefix(label, strconv.Itoa(port)+"-") {
+		t.Fatalf("label %q", label)
+	}
+
+	resp, body := hostGet(t, e.srv.URL, u.Host, "/static/app.js")
+	if resp.StatusCode != 200 || body != "app page at /static/app.js" {
+		t.Fatalf("an absolute path on the preview's host: %d %q", resp.StatusCode, body)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); csp != "" {
+		t.Errorf("Content-Security-Policy %q on a host of its own, want none", csp)
+	}
+	var cookies []string
+	for _, c := range resp.Header.Values("Set-Cookie") {
+		cookies = append(cookies, c)
+		if strings.Contains(strings.ToLower(c), "domain=") || strings.HasPrefix(c, "berth") {
+			t.Errorf("Set-Cookie %q: want the app's cookies, kept to the preview's host", c)
+		}
+	}
+	if !slices.ContainsFunc(cookies, func(c string) bool { return strings.HasPrefix(c, "theme=dark") }) {
+		t.Errorf("Set-Cookie %q: the app's cookie is missing", cookies)
+	}
+	// The API is not on a preview host, even with the operator's token.
+	if resp, body := hostGet(t, e.srv.URL, u.Host, "/v1/computers"); resp.StatusCode != 200 || body != "app page at /v1/computers" {
+		t.Errorf("/v1/computers on the preview's host: %d %q, want the app's page", resp.StatusCode, body)
+	}
+	for _, bad := range []string{
+		"api.preview.test",
+		strings.Replace(label, strconv.Itoa(port)+"-", "7071-", 1) + ".preview.test",
+		label[:len(label)-1] + "0.preview.test",
+	} {
+		if resp, body := hostGet(t, e.srv.URL, bad, "/v1/computers"); resp.StatusCode != 404 || strings.Contains(body, "app page") || strings.Contains(body, "computers\"") {
+			t.Errorf("host %s: %d %q, want 404", bad, resp.StatusCode, body)
+		}
+	}
+	// The supervisor's own host still serves the API and path previews.
+	if st, _ := e.call("GET", "/v1/computers", nil, nil); st != 200 {
+		t.Errorf("the API on its own host: %d", st)
+	}
+
+	e.mustCall("POST", "/v1/agents/ph/computer/stop", nil, 200, nil)
+	e.clock.Advance(2 * time.Second)
+	if resp, _ := hostGet(t, e.srv.URL, u.Host, "/"); resp.StatusCode != 410 {
+		t.Fatalf("after the stop: %d, want 410", resp.StatusCode)
+	}
+}
+
+// appServerWithCookie is an app that sets the given cookie line.
+func appServerWithCookie(t *testing.T, cookie string) (int, *httptest.Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", cookie)
+		w.Header().Add("Set-Cookie", "berth_session=forged; Domain=preview.test")
+		io.WriteString(w, "app page at "+r.URL.Path)
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return ln.Addr().(*net.TCPAddr).Port, srv
+}
+
+func TestCheckPreviewDomain(t *testing.T) {
+	for _, c := range []struct{ domain, public, want, err string }{
+		{"Preview.Example.com.", "", "preview.example.com", ""},
+		{"", "https://berth.example.com", "", ""},
+		{"preview.example.com", "https://berth.example.com", "preview.example.com", ""},
+		{"example.com", "https://berth.example.com", "", "holds the supervisor's own host berth.example.com"},
+		{"berth.example.com", "https://berth.example.com:8443", "", "holds the supervisor's own host"},
+		{"https://preview.example.com", "", "", "want a DNS name"},
+		{"preview.example.com:8080", "", "", "want a DNS name"},
+		{"pre_view.example.com", "", "", "want a DNS name"},
+	} {
+		got, err := supervisor.CheckPreviewDomain(c.domain, c.public)
+		if got != c.want || (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("CheckPreviewDomain(%q, %q) = %q, %v; want %q, an error with %q", c.domain, c.public, got, err, c.want, c.err)
+		}
 	}
 }

@@ -275,10 +275,15 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
+	previewDomain, err := supervisor.CheckPreviewDomain(o.Getenv("PREVIEW_DOMAIN"), o.LiveView.PublicURL)
+	if err != nil {
+		return fail(err)
+	}
 	d.Service, err = supervisor.New(supervisor.Config{
 		Store: d.Store, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
 		Box: box, Tokens: tokens, Logger: o.Logger, EgressAddr: egressAddr, RelayURL: o.RelayURL,
 		ComputerEnv: computerEnv, Objects: objects, MaxArchiveBytes: maxArchive,
+		PreviewDomain: previewDomain,
 	})
 	if err != nil {
 		return fail(err)
