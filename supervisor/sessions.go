@@ -126,6 +126,8 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 		Env:         s.computerEnv(x.Provider, x.ComputerID),
 		Lease:       time.Duration(x.ReservedSeconds) * time.Second,
 		Credentials: creds,
+
+		BrowserRecording: c.BrowserRecording, BrowserProxyCountry: c.BrowserProxyCountry,
 	}
 	m, err := p.Create(ctx, spec)
 	if err != nil {

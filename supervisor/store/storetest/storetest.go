@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PersistentConnection", testPersistentConnection}, {"Archives", testArchives},
 		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
 		{"IdleSleepDue", testIdleSleepDue},
+		{"BrowserOptions", testBrowserOptions},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
