@@ -48,6 +48,9 @@ type ConnectRequest struct {
 	// provider's proxy in that country (a lowercase ISO 3166-1 alpha-2
 	// code such as us or de); empty, the browser uses no proxy.
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools of a
+	// desktop computer at once, 1..MaxDesktopUsers (0: the default, 1).
+	DesktopUsers int `json:"desktopUsers,omitempty"`
 }
 
 // Persistence of a connection's computers.
@@ -90,9 +93,11 @@ type Connection struct {
 	// BrowserRecording and BrowserProxyCountry are set on hosted browser
 	// connections that ask for them; absent, sessions are not recorded and
 	// use no proxy.
-	BrowserRecording    bool      `json:"browserRecording,omitempty"`
-	BrowserProxyCountry string    `json:"browserProxyCountry,omitempty"`
-	CreatedAt           time.Time `json:"createdAt"`
+	BrowserRecording    bool   `json:"browserRecording,omitempty"`
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools at once.
+	DesktopUsers int       `json:"desktopUsers"`
+	CreatedAt    time.Time `json:"createdAt"`
 }
 
 // Session states.

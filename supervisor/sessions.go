@@ -649,6 +649,11 @@ func (s *Service) Reap(ctx context.Context) {
 		} else if n > 0 {
 			s.log.Debug("purged viewer seats", "n", n)
 		}
+		if n, err := s.st.PurgeDesktopSeats(ctx, now); err != nil {
+			s.log.Warn("purge desktop seats", "err", err)
+		} else if n > 0 {
+			s.log.Debug("purged desktop seats", "n", n)
+		}
 	}
 	if now.Sub(s.lastSweep) >= sweepEvery {
 		s.lastSweep = now

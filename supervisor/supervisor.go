@@ -250,6 +250,8 @@ type ConnectRequest struct {
 	// BrowserRecording and BrowserProxyCountry: see api.ConnectRequest.
 	BrowserRecording    bool   `json:"browserRecording,omitempty"`
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers: see api.ConnectRequest; only with image "desktop".
+	DesktopUsers *int `json:"desktopUsers,omitempty"`
 }
 
 // Connect attaches a provider to an agent.
@@ -291,6 +293,10 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if err := s.browserOptions(r); err != nil {
 		return c, err
 	}
+	users, err := desktopUsers(r)
+	if err != nil {
+		return c, err
+	}
 	if cc, ok := p.(providers.CredentialChecker); ok {
 		if err := cc.CheckCredentials(r.Credentials); err != nil {
 			return c, badRequest("credentials: %v", err)
@@ -312,7 +318,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	c = store.Connection{
 		AgentID: r.Agent, Provider: r.Provider, Image: r.Image, LeaseSeconds: lease, DailySeconds: daily,
 		Persistence: r.Persistence, CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
-		BrowserRecording: r.BrowserRecording, BrowserProxyCountry: r.BrowserProxyCountry,
+		BrowserRecording: r.BrowserRecording, BrowserProxyCountry: r.BrowserProxyCountry, DesktopUsers: users,
 	}
 	if r.Persistence == api.PersistenceHome {
 		c.IdleSleepSeconds, c.MaxCheckpoints = *r.IdleSleepSeconds, *r.MaxCheckpoints

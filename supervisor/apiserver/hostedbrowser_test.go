@@ -22,10 +22,12 @@ func TestBrowserOptionsNeedBrowserProvider(t *testing.T) {
 		}
 	}
 	e.mustCall("POST", "/v1/computers", map[string]any{"agent": "b", "provider": "fake", "browserRecording": false}, 201, nil)
-	var raw map[string]map[string]any
+	var raw struct {
+		Connection map[string]any `json:"connection"`
+	}
 	e.mustCall("GET", "/v1/agents/b/computer", nil, 200, &raw)
 	for _, field := range []string{"browserRecording", "browserProxyCountry"} {
-		if v, ok := raw["connection"][field]; ok {
+		if v, ok := raw.Connection[field]; ok {
 			t.Errorf("GET shows %s %v on a computer connection", field, v)
 		}
 	}

@@ -56,10 +56,13 @@ type Connection struct {
 	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
 	// BrowserRecording and BrowserProxyCountry are a hosted browser
 	// connection's options (see api.ConnectRequest).
-	BrowserRecording    bool      `json:"browserRecording,omitempty"`
-	BrowserProxyCountry string    `json:"browserProxyCountry,omitempty"`
-	CreatedAt           time.Time `json:"createdAt"`
-	Credentials         []byte    `json:"-"`
+	BrowserRecording    bool   `json:"browserRecording,omitempty"`
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools of the
+	// connection's computer at once (api.DefaultDesktopUsers when 0).
+	DesktopUsers int       `json:"desktopUsers"`
+	CreatedAt    time.Time `json:"createdAt"`
+	Credentials  []byte    `json:"-"`
 }
 
 // Session is one computer of a connection, from reservation to cleanup.
@@ -180,6 +183,7 @@ type Store interface {
 	Keys
 	Pool
 	Seats
+	DesktopSeats
 	Archives
 	Close() error
 }
