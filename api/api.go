@@ -41,6 +41,16 @@ type ConnectRequest struct {
 	// leaves the defaults.
 	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
 	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
+	// BrowserRecording has a hosted browser provider record each session
+	// (a replay kept at the provider); off by default.
+	BrowserRecording bool `json:"browserRecording,omitempty"`
+	// BrowserProxyCountry routes a hosted browser's traffic through the
+	// provider's proxy in that country (a lowercase ISO 3166-1 alpha-2
+	// code such as us or de); empty, the browser uses no proxy.
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools of a
+	// desktop computer at once, 1..MaxDesktopUsers (0: the default, 1).
+	DesktopUsers int `json:"desktopUsers,omitempty"`
 }
 
 // Persistence of a connection's computers.
@@ -78,9 +88,16 @@ type Connection struct {
 	DailySeconds int    `json:"dailySeconds"`
 	Persistence  string `json:"persistence"`
 	// IdleSleepSeconds and MaxCheckpoints are set with PersistenceHome.
-	IdleSleepSeconds int       `json:"idleSleepSeconds,omitempty"`
-	MaxCheckpoints   int       `json:"maxCheckpoints,omitempty"`
-	CreatedAt        time.Time `json:"createdAt"`
+	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
+	// BrowserRecording and BrowserProxyCountry are set on hosted browser
+	// connections that ask for them; absent, sessions are not recorded and
+	// use no proxy.
+	BrowserRecording    bool   `json:"browserRecording,omitempty"`
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools at once.
+	DesktopUsers int       `json:"desktopUsers"`
+	CreatedAt    time.Time `json:"createdAt"`
 }
 
 // Session states.

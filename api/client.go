@@ -239,6 +239,9 @@ func (c *Client) once(ctx context.Context, r request, body []byte, key string) (
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	if h, _ := ctx.Value(holderCtx{}).(string); h != "" {
+		req.Header.Set(HeaderDesktopHolder, h)
+	}
 
 	resp, err := c.hc.Do(req)
 	if err != nil {

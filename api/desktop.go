@@ -14,6 +14,40 @@ import (
 // CodeNotDesktop answers a desktop tool on a computer without a screen.
 const CodeNotDesktop = "not_desktop"
 
+// Desktop seats. A connection's desktopUsers says how many holders may use
+// the desktop tools of its computer at once. A holder is whoever calls:
+// the HeaderDesktopHolder of the request (the MCP server sends one random
+// id per process), or, without it, the caller's API key (or the operator
+// token). A holder's seat lasts from its desktop call until
+// DesktopSeatSeconds after its last one, or until the session ends; a
+// different holder past the limit is answered 409 CodeDesktopBusy, saying
+// how many seats there are and when the first frees. Viewers of live view
+// hold seats of their own and are not counted here.
+const (
+	// CodeDesktopBusy answers a desktop tool while other holders hold
+	// every desktop seat of the computer (409).
+	CodeDesktopBusy = "desktop_busy"
+	// HeaderDesktopHolder names the holder of a desktop call: an opaque
+	// id of 1 to MaxDesktopHolderChars printable ASCII characters.
+	HeaderDesktopHolder   = "Berth-Desktop-Holder"
+	MaxDesktopHolderChars = 64
+	// DesktopSeatSeconds is how long a seat lasts after its holder's last
+	// desktop call.
+	DesktopSeatSeconds = 60
+	// DefaultDesktopUsers and MaxDesktopUsers bound a connection's
+	// desktopUsers (1..MaxDesktopUsers).
+	DefaultDesktopUsers = 1
+	MaxDesktopUsers     = 10
+)
+
+type holderCtx struct{}
+
+// WithDesktopHolder returns a context under which the client's calls name
+// holder in HeaderDesktopHolder.
+func WithDesktopHolder(ctx context.Context, holder string) context.Context {
+	return context.WithValue(ctx, holderCtx{}, holder)
+}
+
 // Headers of a desktop screenshot's answer, whose body is the image.
 const (
 	HeaderScreenWidth  = "Berth-Screen-Width"

@@ -54,6 +54,14 @@ type Spec struct {
 	// Credentials are the connection's decrypted credentials, for hosted
 	// providers. They are never passed into the computer.
 	Credentials map[string]string
+	// BrowserRecording asks a hosted browser provider to record the
+	// session (a replay kept at the provider); false, it must not.
+	BrowserRecording bool
+	// BrowserProxyCountry asks a hosted browser provider to route the
+	// browser's traffic through its proxy in that country (a lowercase ISO
+	// 3166-1 alpha-2 code); empty, through no proxy. Other providers
+	// ignore both.
+	BrowserProxyCountry string
 }
 
 // Labels returns the labels every machine of s carries.

@@ -20,7 +20,8 @@ import (
 const CodeNotDesktop = api.CodeNotDesktop
 
 // desktopClient returns a client of the desktop of the agent's running
-// computer. Like every tool call it counts as the session's activity.
+// computer, once the caller holds one of its desktop seats (see
+// desktopSeat). Like every tool call it counts as the session's activity.
 func (s *Service) desktopClient(ctx context.Context, agent string) (*desktop.Client, store.Session, error) {
 	x, err := s.running(ctx, agent)
 	if err != nil {
@@ -29,6 +30,9 @@ func (s *Service) desktopClient(ctx context.Context, agent string) (*desktop.Cli
 	if x.Image != providers.ImageDesktop {
 		return nil, x, errorf(http.StatusConflict, CodeNotDesktop,
 			"session %s runs the %q image, which has no screen; connect with \"image\": \"desktop\" for the desktop tools", x.ID, x.Image)
+	}
+	if err := s.desktopSeat(ctx, x); err != nil {
+		return nil, x, err
 	}
 	hc, h, err := s.transport(ctx, x)
 	if err != nil {

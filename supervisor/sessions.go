@@ -126,6 +126,8 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 		Env:         s.computerEnv(x.Provider, x.ComputerID),
 		Lease:       time.Duration(x.ReservedSeconds) * time.Second,
 		Credentials: creds,
+
+		BrowserRecording: c.BrowserRecording, BrowserProxyCountry: c.BrowserProxyCountry,
 	}
 	m, err := p.Create(ctx, spec)
 	if err != nil {
@@ -647,6 +649,11 @@ func (s *Service) Reap(ctx context.Context) {
 			s.log.Warn("purge viewer seats", "err", err)
 		} else if n > 0 {
 			s.log.Debug("purged viewer seats", "n", n)
+		}
+		if n, err := s.st.PurgeDesktopSeats(ctx, now); err != nil {
+			s.log.Warn("purge desktop seats", "err", err)
+		} else if n > 0 {
+			s.log.Debug("purged desktop seats", "n", n)
 		}
 	}
 	if now.Sub(s.lastSweep) >= sweepEvery {

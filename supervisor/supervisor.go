@@ -248,6 +248,11 @@ type ConnectRequest struct {
 	Persistence      string `json:"persistence,omitempty"`
 	IdleSleepSeconds *int   `json:"idleSleepSeconds,omitempty"`
 	MaxCheckpoints   *int   `json:"maxCheckpoints,omitempty"`
+	// BrowserRecording and BrowserProxyCountry: see api.ConnectRequest.
+	BrowserRecording    bool   `json:"browserRecording,omitempty"`
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers: see api.ConnectRequest; only with image "desktop".
+	DesktopUsers *int `json:"desktopUsers,omitempty"`
 }
 
 // Connect attaches a provider to an agent.
@@ -286,6 +291,13 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if err := s.persistence(&r, r.Provider); err != nil {
 		return c, err
 	}
+	if err := s.browserOptions(r); err != nil {
+		return c, err
+	}
+	users, err := desktopUsers(r)
+	if err != nil {
+		return c, err
+	}
 	if cc, ok := p.(providers.CredentialChecker); ok {
 		if err := cc.CheckCredentials(r.Credentials); err != nil {
 			return c, badRequest("credentials: %v", err)
@@ -307,6 +319,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	c = store.Connection{
 		AgentID: r.Agent, Provider: r.Provider, Image: r.Image, LeaseSeconds: lease, DailySeconds: daily,
 		Persistence: r.Persistence, CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
+		BrowserRecording: r.BrowserRecording, BrowserProxyCountry: r.BrowserProxyCountry, DesktopUsers: users,
 	}
 	if r.Persistence == api.PersistenceHome {
 		c.IdleSleepSeconds, c.MaxCheckpoints = *r.IdleSleepSeconds, *r.MaxCheckpoints

@@ -21,6 +21,7 @@ const AnyRoute = "*"
 type Request struct {
 	Method, Path, RawPath, Query string
 	Auth, Key, ContentType       string // Authorization, Idempotency-Key, Content-Type
+	Holder                       string // Berth-Desktop-Holder
 	Body                         string
 }
 
@@ -125,7 +126,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.reqs = append(s.reqs, Request{
 		Method: r.Method, Path: r.URL.Path, RawPath: r.URL.EscapedPath(), Query: r.URL.RawQuery,
 		Auth: r.Header.Get("Authorization"), Key: r.Header.Get("Idempotency-Key"),
-		ContentType: r.Header.Get("Content-Type"), Body: string(body),
+		ContentType: r.Header.Get("Content-Type"), Holder: r.Header.Get("Berth-Desktop-Holder"), Body: string(body),
 	})
 	s.mu.Unlock()
 	a := s.next(r.Method + " " + r.URL.Path)

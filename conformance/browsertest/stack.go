@@ -115,12 +115,24 @@ func (s *Stack) Call(method, path string, body any) (int, []byte) {
 // and lease (0: the default).
 func (s *Stack) Connect(agent string, credentials map[string]string, leaseSeconds int) {
 	s.t.Helper()
+	var extra map[string]any
+	if leaseSeconds > 0 {
+		extra = map[string]any{"leaseSeconds": leaseSeconds}
+	}
+	s.ConnectWith(agent, credentials, extra)
+}
+
+// ConnectWith makes agent and connects it to the provider with
+// credentials and the connection's other fields in extra (such as
+// browserRecording).
+func (s *Stack) ConnectWith(agent string, credentials map[string]string, extra map[string]any) {
+	s.t.Helper()
 	if code, raw := s.Call("POST", "/v1/agents", map[string]any{"id": agent, "name": agent}); code != http.StatusCreated {
 		s.t.Fatalf("agent %s: %d %s", agent, code, raw)
 	}
 	body := map[string]any{"agent": agent, "provider": s.id, "credentials": credentials}
-	if leaseSeconds > 0 {
-		body["leaseSeconds"] = leaseSeconds
+	for k, v := range extra {
+		body[k] = v
 	}
 	if code, raw := s.Call("POST", "/v1/computers", body); code != http.StatusCreated {
 		s.t.Fatalf("connect %s: %d %s", agent, code, raw)

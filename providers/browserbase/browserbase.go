@@ -15,7 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berthdev/berth/providers"
@@ -36,9 +36,9 @@ const (
 const (
 	// SettingAPIURL is Browserbase's API.
 	SettingAPIURL = "BROWSERBASE_API_URL"
-	// SettingRecordSessions, true, has Browserbase record each session
-	// (a replay kept at Browserbase); unset or false, sessions are not
-	// recorded, though Browserbase records by default.
+	// SettingRecordSessions is no longer read: a connection asks for
+	// recording itself (browserRecording). A provider set to true refuses
+	// to start rather than stop recording without a word.
 	SettingRecordSessions = "BROWSERBASE_RECORD_SESSIONS"
 )
 
@@ -61,11 +61,10 @@ const callTimeout = 30 * time.Second
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
-		record, err := strconv.ParseBool(cfg.Get(SettingRecordSessions, "false"))
-		if err != nil {
-			return nil, fmt.Errorf("%s=%q: want true or false", SettingRecordSessions, cfg.Get(SettingRecordSessions, ""))
+		if v := cfg.Get(SettingRecordSessions, ""); v != "" && v != "false" {
+			return nil, fmt.Errorf("%s=%q: the setting is gone; a connection asks for recording with browserRecording (POST /v1/computers), and sessions of other connections are not recorded", SettingRecordSessions, v)
 		}
-		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), RecordSessions: record, Logger: cfg.Logger})
+		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), Logger: cfg.Logger})
 	})
 	providers.Describe(ID, (*Browserbase)(nil))
 }
@@ -73,16 +72,13 @@ func init() {
 // Options configure a Browserbase provider.
 type Options struct {
 	APIURL string
-	// RecordSessions has Browserbase record each session (default off).
-	RecordSessions bool
-	Client         *http.Client
-	Logger         *slog.Logger
+	Client *http.Client
+	Logger *slog.Logger
 }
 
 // Browserbase is the provider.
 type Browserbase struct {
-	api    *browsersession.API
-	record bool
+	api *browsersession.API
 }
 
 // message reads Browserbase's error answer ({"message", "error"}).
@@ -104,7 +100,7 @@ func New(o Options) (*Browserbase, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Browserbase{api: api, record: o.RecordSessions}, nil
+	return &Browserbase{api: api}, nil
 }
 
 // CheckCredentials requires an apiKey and takes an optional projectId.
@@ -134,15 +130,19 @@ type debug struct {
 }
 
 // Create starts a kept-alive browser session tagged with Berth's labels,
-// its timeout the lease, recorded only when the provider is set to, and
-// reads its live view.
+// its timeout the lease, recorded only when the connection asks
+// (Browserbase records by default), behind Browserbase's proxy only when
+// the connection names a country, and reads its live view.
 func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	key := spec.Credentials[CredAPIKey]
 	body := map[string]any{
 		"keepAlive":       true,
 		"timeout":         min(max(int(spec.Lease.Seconds()), minTimeout), maxTimeout),
 		"userMetadata":    spec.Labels(),
-		"browserSettings": map[string]any{"recordSession": b.record},
+		"browserSettings": map[string]any{"recordSession": spec.BrowserRecording},
+	}
+	if c := spec.BrowserProxyCountry; c != "" {
+		body["proxies"] = []any{map[string]any{"type": "browserbase", "geolocation": map[string]any{"country": proxyCountry(c)}}}
 	}
 	if p := spec.Credentials[CredProjectID]; p != "" {
 		body["projectId"] = p
@@ -165,6 +165,16 @@ func (b *Browserbase) Create(ctx context.Context, spec providers.Spec) (provider
 	}
 	b.api.Log.Info("browser session created", "computer", spec.ComputerID, "session", s.ID)
 	return m, nil
+}
+
+// proxyCountry is a connection's country code (lowercase ISO 3166-1
+// alpha-2) as Browserbase's geolocation takes it: upper case, and GB for
+// uk, the code some providers use for the United Kingdom.
+func proxyCountry(c string) string {
+	if c == "uk" {
+		c = "gb"
+	}
+	return strings.ToUpper(c)
 }
 
 // machine reads a running session's live view and makes its machine.
@@ -256,7 +266,6 @@ func (*Browserbase) Describe() providers.Description {
 		Summary: "a Browserbase browser session kept alive for the lease; a start answers its CDP and live-view URLs; no shell or files",
 		Settings: []providers.Setting{
 			{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browserbase's API"},
-			{Name: SettingRecordSessions, Default: "false", Help: "true: Browserbase records each session (a replay kept at Browserbase)"},
 		},
 		Credentials: []providers.Setting{
 			{Name: CredAPIKey, Required: true, Secret: true, Help: "a Browserbase API key"},

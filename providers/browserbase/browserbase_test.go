@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/providertest"
 	"github.com/berthdev/berth/internal/testkit"
@@ -156,27 +157,41 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestRecording checks that sessions are not recorded unless the provider
-// is set to record them (Browserbase records by default), and that a 400
-// is a refusal carrying Browserbase's message.
-func TestRecording(t *testing.T) {
+// TestRecordingAndProxy checks that sessions are not recorded and use no
+// proxy unless the connection asks (Browserbase records by default), that
+// a country becomes a browserbase proxy's geolocation in Browserbase's
+// form, and that a 400 is a refusal carrying Browserbase's message.
+func TestRecordingAndProxy(t *testing.T) {
 	f := newFakeBrowserbase(t)
-	spec := providers.Spec{ComputerID: "c", AgentID: "rec", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
-	for _, record := range []bool{false, true} {
-		p := newProvider(t, f, Options{RecordSessions: record})
+	p := newProvider(t, f, Options{})
+	for _, tt := range []struct {
+		record             bool
+		country, wantProxy string
+	}{{false, "", ""}, {true, "", ""}, {false, "de", "DE"}, {true, "uk", "GB"}} {
+		spec := providers.Spec{ComputerID: "c", AgentID: "rec", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key},
+			BrowserRecording: tt.record, BrowserProxyCountry: tt.country}
 		m, err := p.Create(t.Context(), spec)
 		if err != nil {
-			t.Fatalf("create (record %v): %v", record, err)
+			t.Fatalf("create (record %v, country %q): %v", tt.record, tt.country, err)
 		}
-		if got := f.recorded()[m.ID]; got != record {
-			t.Errorf("RecordSessions %v: the session is recorded: %v", record, got)
+		if got := f.recorded()[m.ID]; got != tt.record {
+			t.Errorf("BrowserRecording %v: the session is recorded: %v", tt.record, got)
+		}
+		if got := f.proxied()[m.ID]; got != tt.wantProxy {
+			t.Errorf("BrowserProxyCountry %q: the session's proxy is %q, want %q", tt.country, got, tt.wantProxy)
+		}
+		f.Mu.Lock()
+		_, sent := f.lastCreate["proxies"]
+		f.Mu.Unlock()
+		if sent != (tt.country != "") {
+			t.Errorf("BrowserProxyCountry %q: proxies sent: %v", tt.country, sent)
 		}
 		if err := p.Destroy(providers.WithCredentials(t.Context(), spec.Credentials), m.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	p := newProvider(t, f, Options{})
+	spec := providers.Spec{ComputerID: "c", AgentID: "rec", Lease: time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
 	n := f.count()
 	f.Mu.Lock()
 	f.refuseCreate = "keepAlive is not available on this plan"
@@ -206,6 +221,9 @@ func TestFakeChecksBodies(t *testing.T) {
 		`{"browserSettings": {"context": {"persist": true}}}`,
 		`{"browserSettings": {"os": "beos"}}`,
 		`{"proxies": [{"type": "tor"}]}`,
+		`{"proxies": [{"type": "browserbase", "geolocation": {"city": "Berlin"}}]}`,
+		`{"proxies": [{"type": "browserbase", "geolocation": {"country": "de"}}]}`,
+		`{"proxies": [{"type": "browserbase", "geolocation": {"country": "DEU"}}]}`,
 		`{"proxies": "yes"}`,
 		`{"userMetadata": ["a"]}`,
 	} {
@@ -220,6 +238,10 @@ func TestFakeChecksBodies(t *testing.T) {
 	if bad := checkValue("body", ok, createSessionRules); bad != "" {
 		t.Errorf("a conforming create body: %s", bad)
 	}
+	json.Unmarshal([]byte(`{"keepAlive": true, "browserSettings": {"recordSession": true}, "proxies": [{"type": "browserbase", "geolocation": {"country": "DE"}}]}`), &ok)
+	if bad := checkValue("body", ok, createSessionRules); bad != "" {
+		t.Errorf("a conforming create body: %s", bad)
+	}
 	for _, b := range []string{`{}`, `{"status": "STOP"}`, `{"status": "REQUEST_RELEASE", "force": true}`} {
 		var body any
 		json.Unmarshal([]byte(b), &body)
@@ -229,21 +251,59 @@ func TestFakeChecksBodies(t *testing.T) {
 	}
 }
 
-// TestRecordSetting reads BROWSERBASE_RECORD_SESSIONS: unset is off, a
-// value that is not a boolean is an error naming it.
-func TestRecordSetting(t *testing.T) {
-	for v, want := range map[string]bool{"": false, "false": false, "true": true} {
-		p, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
+// TestRecordSettingGone checks that BROWSERBASE_RECORD_SESSIONS, which
+// connections replaced (browserRecording), is refused when it asks for
+// recording, naming the setting, and accepted unset or false.
+func TestRecordSettingGone(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "false": true, "true": false, "sometimes": false} {
+		_, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
 			if k == SettingRecordSessions {
 				return v
 			}
 			return ""
 		}})
-		if err != nil || p.(*Browserbase).record != want {
-			t.Errorf("%s=%q: %v, want record %v", SettingRecordSessions, v, err, want)
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), SettingRecordSessions) || !strings.Contains(err.Error(), "browserRecording")) {
+			t.Errorf("%s=%q: %v, want ok %v", SettingRecordSessions, v, err, ok)
 		}
 	}
-	if _, err := providers.New(ID, providers.Config{Getenv: func(string) string { return "sometimes" }}); err == nil || !strings.Contains(err.Error(), SettingRecordSessions) {
-		t.Errorf("a setting that is not a boolean: %v", err)
+}
+
+// TestConnectionOptions goes through the supervisor's REST API: a
+// connection's browserRecording and browserProxyCountry are shown by its
+// GET and reach Browserbase at start; a connection without them gets a
+// session neither recorded nor proxied; a malformed country is refused
+// naming the field.
+func TestConnectionOptions(t *testing.T) {
+	s, f := newStack(t)
+	creds := map[string]string{CredAPIKey: f.Key}
+	s.ConnectWith("opts", creds, map[string]any{"browserRecording": true, "browserProxyCountry": "de"})
+	s.Connect("plain", creds, 0)
+
+	code, raw := s.Call("GET", "/v1/agents/opts/computer", nil)
+	var st struct {
+		Connection api.Connection `json:"connection"`
+	}
+	if err := json.Unmarshal(raw, &st); code != 200 || err != nil || !st.Connection.BrowserRecording || st.Connection.BrowserProxyCountry != "de" {
+		t.Errorf("GET the connection: %d %s; want browserRecording true, browserProxyCountry de", code, raw)
+	}
+	code, raw = s.Call("GET", "/v1/agents/plain/computer", nil)
+	if code != 200 || strings.Contains(string(raw), "browserRecording") || strings.Contains(string(raw), "browserProxyCountry") {
+		t.Errorf("GET a connection without options: %d %s; want neither option shown", code, raw)
+	}
+
+	for agent, want := range map[string][2]any{"opts": {true, "DE"}, "plain": {false, ""}} {
+		s.Start(agent, "ws://127.0.0.1:")
+		if got := f.askedBy(agent); got != want {
+			t.Errorf("agent %s: the session was asked for recording, proxy %v; want %v", agent, got, want)
+		}
+		s.Call("POST", "/v1/agents/"+agent+"/computer/stop", nil)
+	}
+
+	for _, bad := range []string{"DE", "deu", "d", "1e"} {
+		s.Call("POST", "/v1/agents", map[string]any{"id": "bad", "name": "bad"})
+		code, raw := s.Call("POST", "/v1/computers", map[string]any{"agent": "bad", "provider": ID, "credentials": creds, "browserProxyCountry": bad})
+		if code != 400 || !strings.Contains(string(raw), "browserProxyCountry") {
+			t.Errorf("browserProxyCountry %q: %d %s; want 400 naming the field", bad, code, raw)
+		}
 	}
 }

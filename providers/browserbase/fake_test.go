@@ -14,7 +14,8 @@ package browserbase
 // wrong type, a value out of bounds or enum, or a missing required field
 // answer 400 with a message naming the field. A session remembers whether
 // it was asked to be recorded (recordSession, which Browserbase defaults
-// to true).
+// to true) and the proxy it was asked for (proxies, which Browserbase
+// defaults to none).
 //
 // Each session is a real headless Chromium (/usr/bin/chromium, an empty
 // profile, DevTools on a loopback port of its own) whose DevTools
@@ -26,6 +27,7 @@ package browserbase
 // fails with 500.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -40,6 +42,7 @@ import (
 
 	"github.com/berthdev/berth/conformance/browsertest"
 	"github.com/berthdev/berth/conformance/hostedtest"
+	"github.com/berthdev/berth/providers"
 )
 
 type fakeBrowserbase struct {
@@ -57,10 +60,14 @@ type fakeBrowserbase struct {
 }
 
 type fakeSession struct {
-	ID           string            `json:"id"`
-	Status       string            `json:"status"`
-	ProjectID    string            `json:"projectId"`
-	Recorded     bool              `json:"-"`
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	ProjectID string `json:"projectId"`
+	Recorded  bool   `json:"-"`
+	// Proxy is what the session's traffic goes through: "" for no proxy
+	// (Browserbase's default), "default" for proxies: true, or the
+	// country of its first browserbase proxy.
+	Proxy        string            `json:"-"`
 	KeepAlive    bool              `json:"keepAlive"`
 	ConnectURL   string            `json:"connectUrl"`
 	SigningKey   string            `json:"signingKey"`
@@ -128,6 +135,21 @@ func (f *fakeBrowserbase) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.Recorded = true // Browserbase's default
 		if bs, ok := body["browserSettings"].(map[string]any); ok && bs["recordSession"] == false {
 			s.Recorded = false
+		}
+		switch p := body["proxies"].(type) {
+		case bool:
+			if p {
+				s.Proxy = "default"
+			}
+		case []any:
+			for _, x := range p {
+				if m, _ := x.(map[string]any); m["type"] == "browserbase" {
+					g, _ := m["geolocation"].(map[string]any)
+					s.Proxy, _ = g["country"].(string)
+					s.Proxy = cmp.Or(s.Proxy, "default")
+					break
+				}
+			}
 		}
 		if s.ProjectID == "" {
 			s.ProjectID = "proj-of-key"
@@ -217,6 +239,31 @@ func (f *fakeBrowserbase) recorded() map[string]bool {
 	return out
 }
 
+// proxied returns what each session's traffic goes through (see
+// fakeSession.Proxy).
+func (f *fakeBrowserbase) proxied() map[string]string {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	out := map[string]string{}
+	for _, s := range f.sessions {
+		out[s.ID] = s.Proxy
+	}
+	return out
+}
+
+// askedBy returns what the session of agent (by its user metadata) was
+// asked for: recording, and its proxy (see fakeSession.Proxy).
+func (f *fakeBrowserbase) askedBy(agent string) [2]any {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	for _, s := range f.sessions {
+		if s.UserMetadata[providers.LabelAgent] == agent {
+			return [2]any{s.Recorded, s.Proxy}
+		}
+	}
+	return [2]any{"no session", ""}
+}
+
 // signingKeys returns every session's signing key.
 func (f *fakeBrowserbase) signingKeys() []string {
 	f.Mu.Lock()
@@ -263,6 +310,7 @@ type rule struct {
 	required bool   // as a field of its object
 	min, max float64
 	enum     []string
+	pattern  *regexp.Regexp  // of a string, when set
 	fields   map[string]rule // of an object
 	items    *rule           // of an array
 }
@@ -277,12 +325,16 @@ var (
 var sessionStatuses = []string{"PENDING", "RUNNING", "ERROR", "TIMED_OUT", "COMPLETED"}
 
 // proxyRule is one entry of proxies: a browserbase, external or none
-// proxy (the fake checks the union's fields together, type deciding).
+// proxy (the fake checks the union's fields together, type deciding). A
+// browserbase proxy's geolocation.country is required, "Country code in
+// ISO 3166-1 alpha-2 format" (session_create_params,
+// ProxiesUnionMember0UnionMember0Geolocation), upper case as in
+// Browserbase's examples ("US"); city and state are optional.
 var proxyRule = rule{kind: "object", fields: map[string]rule{
 	"type":          {kind: "string", required: true, enum: []string{"browserbase", "external", "none"}},
 	"domainPattern": strRule,
 	"geolocation": {kind: "object", fields: map[string]rule{
-		"country": {kind: "string", required: true}, "city": strRule, "state": strRule,
+		"country": {kind: "string", required: true, pattern: regexp.MustCompile(`^[A-Z]{2}$`)}, "city": strRule, "state": strRule,
 	}},
 	"server": strRule, "username": strRule, "password": strRule,
 }}
@@ -337,6 +389,9 @@ func checkValue(path string, v any, r rule) string {
 		}
 		if r.enum != nil && !slices.Contains(r.enum, s) {
 			return path + " must be one of " + strings.Join(r.enum, ", ")
+		}
+		if r.pattern != nil && !r.pattern.MatchString(s) {
+			return path + " must match pattern \"" + r.pattern.String() + "\""
 		}
 	case "integer":
 		n, ok := v.(float64)

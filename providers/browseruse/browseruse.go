@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/berthdev/berth/providers"
@@ -33,10 +32,9 @@ const CredAPIKey = "apiKey"
 const (
 	// SettingAPIURL is Browser Use's cloud API.
 	SettingAPIURL = "BROWSERUSE_API_URL"
-	// SettingProxyCountry is the country of Browser Use's proxy a browser's
-	// traffic goes through (a lowercase code such as us or de), which
-	// Browser Use charges for by the megabyte; unset, the browser uses no
-	// proxy.
+	// SettingProxyCountry is no longer read: a connection names its proxy
+	// country itself (browserProxyCountry). A provider with it set refuses
+	// to start rather than drop the proxy without a word.
 	SettingProxyCountry = "BROWSERUSE_PROXY_COUNTRY"
 )
 
@@ -58,7 +56,10 @@ const CodeNotAvailable = browsersession.CodeNotAvailable
 
 func init() {
 	providers.Register(ID, func(cfg providers.Config) (providers.Provider, error) {
-		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), ProxyCountry: cfg.Get(SettingProxyCountry, ""), Logger: cfg.Logger})
+		if v := cfg.Get(SettingProxyCountry, ""); v != "" {
+			return nil, fmt.Errorf("%s=%q: the setting is gone; a connection names its proxy country with browserProxyCountry (POST /v1/computers), and browsers of other connections use no proxy", SettingProxyCountry, v)
+		}
+		return New(Options{APIURL: cfg.Get(SettingAPIURL, DefaultAPIURL), Logger: cfg.Logger})
 	})
 	providers.Describe(ID, (*BrowserUse)(nil))
 }
@@ -66,17 +67,13 @@ func init() {
 // Options configure a Browser Use provider.
 type Options struct {
 	APIURL string
-	// ProxyCountry is the country of Browser Use's proxy (empty: no proxy;
-	// Browser Use's own default would be a US proxy).
-	ProxyCountry string
-	Client       *http.Client
-	Logger       *slog.Logger
+	Client *http.Client
+	Logger *slog.Logger
 }
 
 // BrowserUse is the provider.
 type BrowserUse struct {
-	api   *browsersession.API
-	proxy string
+	api *browsersession.API
 }
 
 // detail reads Browser Use's error answer: {"detail": "..."}, or a
@@ -116,15 +113,18 @@ func refused(status int, raw []byte) bool {
 	return status == http.StatusForbidden && strings.Contains(strings.ToLower(detail(raw)), "timeout")
 }
 
-// proxyCountry matches Browser Use's country codes (lowercase, two
-// letters; uk for the United Kingdom).
-var proxyCountry = regexp.MustCompile(`^[a-z]{2}$`)
+// proxyCountry is a connection's country code (lowercase ISO 3166-1
+// alpha-2) as Browser Use's ProxyCountryCode takes it: the same, but uk
+// for the United Kingdom, whose ISO code gb Browser Use does not list.
+func proxyCountry(c string) string {
+	if c == "gb" {
+		return "uk"
+	}
+	return c
+}
 
 // New checks o and returns a provider.
 func New(o Options) (*BrowserUse, error) {
-	if o.ProxyCountry != "" && !proxyCountry.MatchString(o.ProxyCountry) {
-		return nil, fmt.Errorf("%s=%q: want a lowercase two-letter country code such as us or de, or nothing for no proxy", SettingProxyCountry, o.ProxyCountry)
-	}
 	api, err := browsersession.NewAPI(browsersession.APIOptions{
 		Provider: ID, Setting: SettingAPIURL, URL: o.APIURL, DefaultURL: DefaultAPIURL, Client: o.Client, Logger: o.Logger,
 		KeyName: CredAPIKey, KeyHeader: "X-Browser-Use-API-Key", Message: detail, Refused: refused,
@@ -132,7 +132,7 @@ func New(o Options) (*BrowserUse, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &BrowserUse{api: api, proxy: o.ProxyCountry}, nil
+	return &BrowserUse{api: api}, nil
 }
 
 // CheckCredentials requires an apiKey and nothing else.
@@ -149,13 +149,14 @@ type browser struct {
 }
 
 // Create starts a cloud browser whose own timeout is the lease, with no
-// proxy unless the provider is set to a country (Browser Use would
-// otherwise route it through a US proxy).
+// proxy unless the connection names a country (Browser Use would
+// otherwise route it through a US proxy), recorded only when the
+// connection asks.
 func (b *BrowserUse) Create(ctx context.Context, spec providers.Spec) (providers.Machine, error) {
 	minutes := min(max(int(math.Ceil(spec.Lease.Minutes())), 1), maxTimeoutMinutes)
-	body := map[string]any{"timeout": minutes, "proxyCountryCode": nil}
-	if b.proxy != "" {
-		body["proxyCountryCode"] = b.proxy
+	body := map[string]any{"timeout": minutes, "proxyCountryCode": nil, "enableRecording": spec.BrowserRecording}
+	if c := spec.BrowserProxyCountry; c != "" {
+		body["proxyCountryCode"] = proxyCountry(c)
 	}
 	var br browser
 	if err := b.api.Call(ctx, spec.Credentials[CredAPIKey], "POST", "/browsers", body, &br); err != nil {
@@ -212,7 +213,6 @@ func (*BrowserUse) Describe() providers.Description {
 		Summary: "a Browser Use cloud browser; a start answers its CDP and live-view URLs; no shell or files",
 		Settings: []providers.Setting{
 			{Name: SettingAPIURL, Default: DefaultAPIURL, Help: "Browser Use's cloud API"},
-			{Name: SettingProxyCountry, Help: "the country of Browser Use's paid proxy (us, de, ...); unset: no proxy"},
 		},
 		Credentials: []providers.Setting{{Name: CredAPIKey, Required: true, Secret: true, Help: "a Browser Use API key"}},
 	}

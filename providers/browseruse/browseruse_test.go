@@ -99,34 +99,50 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestProxy checks that a browser gets no proxy unless the provider is set
-// to a country (Browser Use's own default is a paid US proxy), and that
-// Browser Use's refusals come back as refusals with its message.
-func TestProxy(t *testing.T) {
+// TestProxyAndRecording checks that a browser gets no proxy unless the
+// connection names a country (Browser Use's own default is a paid US
+// proxy), in Browser Use's form, and is recorded only when the connection
+// asks; and that Browser Use's refusals come back as refusals with its
+// message.
+func TestProxyAndRecording(t *testing.T) {
 	f := newFakeBrowserUse(t)
-	spec := providers.Spec{ComputerID: "c", Lease: 5 * time.Minute, Credentials: map[string]string{CredAPIKey: f.Key}}
-	create := func(country string) (map[string]any, error) {
+	p := newProvider(t, f, Options{})
+	create := func(country string, record bool) (providers.Machine, map[string]any, error) {
 		t.Helper()
-		_, err := newProvider(t, f, Options{ProxyCountry: country}).Create(t.Context(), spec)
+		spec := providers.Spec{ComputerID: "c", Lease: 5 * time.Minute, Credentials: map[string]string{CredAPIKey: f.Key},
+			BrowserProxyCountry: country, BrowserRecording: record}
+		m, err := p.Create(t.Context(), spec)
 		f.Mu.Lock()
 		defer f.Mu.Unlock()
-		return f.lastCreate, err
+		return m, f.lastCreate, err
 	}
-	body, err := create("")
+	m, body, err := create("", false)
 	if v, ok := body["proxyCountryCode"]; err != nil || !ok || v != nil {
 		t.Errorf("create by default: %v, body %v; want proxyCountryCode null (no proxy)", err, body)
 	}
-	if body["enableRecording"] == true {
-		t.Errorf("create by default records the session: %v", body)
+	if v, ok := body["enableRecording"]; !ok || v != false {
+		t.Errorf("create by default: body %v; want enableRecording false", body)
 	}
-	if body, err := create("de"); err != nil || body["proxyCountryCode"] != "de" {
-		t.Errorf("create with %s=de: %v, body %v", SettingProxyCountry, err, body)
+	if got := f.asked()[m.ID]; got != [2]any{false, ""} {
+		t.Errorf("the default browser was asked for recording, proxy %v; want neither", got)
+	}
+	for _, tt := range []struct {
+		country, want string
+		record        bool
+	}{{"de", "de", true}, {"gb", "uk", false}} {
+		m, body, err := create(tt.country, tt.record)
+		if err != nil || body["proxyCountryCode"] != tt.want || body["enableRecording"] != tt.record {
+			t.Errorf("create with country %q, record %v: %v, body %v", tt.country, tt.record, err, body)
+		}
+		if got := f.asked()[m.ID]; got != [2]any{tt.record, tt.want} {
+			t.Errorf("the browser was asked for recording, proxy %v; want %v, %q", got, tt.record, tt.want)
+		}
 	}
 
 	// A code outside the document's enum is refused by Browser Use: a
 	// definite refusal carrying its message, and no browser.
 	n := f.count()
-	_, err = create("zz")
+	_, _, err = create("zz", false)
 	var re *providers.RefusedError
 	if !errors.As(err, &re) || !strings.Contains(re.Message, "proxyCountryCode") {
 		t.Errorf("create with an unknown country: %v, want a refusal naming proxyCountryCode", err)
@@ -139,13 +155,24 @@ func TestProxy(t *testing.T) {
 	f.Mu.Lock()
 	f.maxTimeout = 4
 	f.Mu.Unlock()
-	if _, err := create(""); !errors.As(err, &re) || errors.Is(err, providers.ErrBadCredentials) || !strings.Contains(re.Message, "timeout") {
+	if _, _, err := create("", false); !errors.As(err, &re) || errors.Is(err, providers.ErrBadCredentials) || !strings.Contains(re.Message, "timeout") {
 		t.Errorf("create over the timeout limit: %v, want a refusal with Browser Use's message", err)
 	}
+}
 
-	for _, c := range []string{"US", "usa", "u"} {
-		if _, err := New(Options{ProxyCountry: c}); err == nil || !strings.Contains(err.Error(), SettingProxyCountry) {
-			t.Errorf("New with proxy country %q: %v, want an error naming %s", c, err, SettingProxyCountry)
+// TestProxySettingGone checks that BROWSERUSE_PROXY_COUNTRY, which
+// connections replaced (browserProxyCountry), is refused when set, naming
+// the setting.
+func TestProxySettingGone(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "de": false} {
+		_, err := providers.New(ID, providers.Config{Getenv: func(k string) string {
+			if k == SettingProxyCountry {
+				return v
+			}
+			return ""
+		}})
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), SettingProxyCountry) || !strings.Contains(err.Error(), "browserProxyCountry")) {
+			t.Errorf("%s=%q: %v, want ok %v", SettingProxyCountry, v, err, ok)
 		}
 	}
 }

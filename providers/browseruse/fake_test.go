@@ -57,7 +57,12 @@ type fakeBrowser struct {
 	CDPURL    string    `json:"cdpUrl"`
 	LiveURL   string    `json:"liveUrl"`
 	TimeoutAt time.Time `json:"timeoutAt"`
-	chrome    *browsertest.Chromium
+	// Recorded and Proxy are what the browser was asked for, with Browser
+	// Use's defaults: enableRecording false; proxyCountryCode us when left
+	// out, none ("") when null.
+	Recorded bool   `json:"-"`
+	Proxy    string `json:"-"`
+	chrome   *browsertest.Chromium
 }
 
 func newFakeBrowserUse(t testing.TB) *fakeBrowserUse {
@@ -111,7 +116,11 @@ func (f *fakeBrowserUse) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		id := strings.ToLower(rand.Text())
 		b := &fakeBrowser{ID: id, Status: "active", CDPURL: c.HTTP, LiveURL: f.srv.URL + "/live/" + id,
-			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c}
+			TimeoutAt: time.Now().Add(time.Duration(minutes) * time.Minute).UTC(), chrome: c, Proxy: "us"}
+		b.Recorded, _ = body["enableRecording"].(bool)
+		if v, ok := body["proxyCountryCode"]; ok {
+			b.Proxy, _ = v.(string)
+		}
 		f.browsers[id] = b
 		if hostedtest.Take(&f.LoseReplies) {
 			hostedtest.HangUp(w)
@@ -163,6 +172,18 @@ func (f *fakeBrowserUse) active() int {
 		}
 	}
 	return n
+}
+
+// asked returns what each browser was asked for: recording, and its
+// proxy's country ("" for none).
+func (f *fakeBrowserUse) asked() map[string][2]any {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	out := map[string][2]any{}
+	for id, b := range f.browsers {
+		out[id] = [2]any{b.Recorded, b.Proxy}
+	}
+	return out
 }
 
 // count returns how many browsers were made.

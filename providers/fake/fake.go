@@ -52,6 +52,8 @@ type Provider struct {
 
 	// instant makes machines answer exec at once without running anything.
 	instant bool
+	// desktop, when set, is the desktop machines serve (server.Config.Desktop).
+	desktop http.Handler
 
 	mu       sync.Mutex
 	faults   Faults
@@ -98,6 +100,15 @@ func (p *Provider) SetInstantExec(on bool) {
 	p.instant = on
 }
 
+// SetDesktop makes machines created from now on serve h as their desktop
+// (under /v1/desktop and /v1/screenshot, as computerd does with a screen);
+// nil serves none.
+func (p *Provider) SetDesktop(h http.Handler) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.desktop = h
+}
+
 // SetFaults replaces the scripted faults.
 func (p *Provider) SetFaults(f Faults) {
 	p.mu.Lock()
@@ -134,7 +145,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 			failErr = providers.ErrUnavailable
 		}
 	}
-	instant := p.instant
+	instant, desk := p.instant, p.desktop
 	lose := false
 	if failErr == nil && f.LoseCreateReplies > 0 {
 		f.LoseCreateReplies--
@@ -161,7 +172,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if err != nil {
 		return providers.Machine{}, err
 	}
-	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake", Env: spec.Env})
+	var h http.Handler = server.New(server.Config{TokenHash: spec.TokenHash, Home: home, Logger: p.log.With("machine", id), Version: "fake", Env: spec.Env, Desktop: desk})
 	if instant {
 		h = instantExec{next: h, tokenHash: spec.TokenHash}
 	}

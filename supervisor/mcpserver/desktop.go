@@ -148,7 +148,13 @@ func addContentTool[In any](s *Server, t *mcp.Tool, run func(context.Context, In
 	})
 }
 
+// holder is the desktop holder this server names in its desktop calls
+// (api.HeaderDesktopHolder): one per server process, so that the agents
+// of two MCP servers sharing a computer take a desktop seat each.
+func (s *Server) holder() string { return "mcp-" + s.id }
+
 func (s *Server) screenshot(ctx context.Context, r api.ScreenshotRequest) ([]mcp.Content, any, error) {
+	ctx = api.WithDesktopHolder(ctx, s.holder())
 	if r.Width < 0 || r.Width > MaxScreenshotWidth {
 		return nil, nil, failf("width: %d is outside 16..the screen's width", r.Width)
 	}
@@ -179,7 +185,7 @@ func (s *Server) action(ctx context.Context, in actionInput) ([]mcp.Content, any
 		scale := s.scale.get()
 		in.Scale = &scale
 	}
-	res, err := s.c.DesktopAction(ctx, s.agent, in)
+	res, err := s.c.DesktopAction(api.WithDesktopHolder(ctx, s.holder()), s.agent, in)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -28,15 +29,20 @@ func (e *BudgetError) Error() string {
 		e.LeftSeconds, e.MinSeconds, e.ResetsAt.UTC().Format(time.RFC3339))
 }
 
-// SeatsFullError is returned by TakeSeat when other viewers hold every
-// seat of a session's desktop.
+// SeatsFullError is returned by TakeSeat (and TakeDesktopSeat) when
+// others hold every seat of a session's desktop.
 type SeatsFullError struct {
-	Held  int // seats held by other viewers
+	Held  int // seats held by others
 	Limit int
+	// FreesAt is when the first of the seats held by others expires.
+	FreesAt time.Time
+	// Kind is "desktop" for the seats of the desktop tools, "" for the
+	// viewer seats of live view.
+	Kind string
 }
 
 func (e *SeatsFullError) Error() string {
-	return fmt.Sprintf("viewer seats: %d held, the limit is %d", e.Held, e.Limit)
+	return fmt.Sprintf("%s seats: %d held, the limit is %d", cmp.Or(e.Kind, "viewer"), e.Held, e.Limit)
 }
 
 // Is makes errors.Is(err, ErrSeatsFull) true.

@@ -33,3 +33,24 @@ type Seats interface {
 	// PurgeSeats deletes the seats of every session that expired by now.
 	PurgeSeats(ctx context.Context, now time.Time) (int64, error)
 }
+
+// DesktopSeats keeps the seats of the desktop tools (screenshot and
+// actions): which holders use a session's desktop, each until its seat
+// expires. A holder is whoever calls the tools (an MCP server, a key);
+// the supervisor names it. The rules are those of Seats, in a count of
+// their own: viewers of live view take no desktop seat. Every Store
+// implements it.
+type DesktopSeats interface {
+	// TakeDesktopSeat seats holder at the session's desktop until expires
+	// and returns how many desktop seats the session holds at now, this
+	// one included. In one step it drops the session's desktop seats that
+	// expired by now, refuses with a *SeatsFullError (Kind "desktop",
+	// FreesAt the first expiry among the others) when holders other than
+	// this one hold limit seats or more, and otherwise records the seat (a
+	// holder seated already gets the new expiry). It returns ErrNotFound
+	// when the session does not exist.
+	TakeDesktopSeat(ctx context.Context, session, holder string, expires, now time.Time, limit int) (held int, err error)
+	// PurgeDesktopSeats deletes the desktop seats of every session that
+	// expired by now.
+	PurgeDesktopSeats(ctx context.Context, now time.Time) (int64, error)
+}

@@ -52,10 +52,17 @@ type Connection struct {
 	// Persistence is api.PersistenceNone or api.PersistenceHome.
 	Persistence string `json:"persistence"`
 	// IdleSleepSeconds and MaxCheckpoints apply to persistent connections.
-	IdleSleepSeconds int       `json:"idleSleepSeconds,omitempty"`
-	MaxCheckpoints   int       `json:"maxCheckpoints,omitempty"`
-	CreatedAt        time.Time `json:"createdAt"`
-	Credentials      []byte    `json:"-"`
+	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
+	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
+	// BrowserRecording and BrowserProxyCountry are a hosted browser
+	// connection's options (see api.ConnectRequest).
+	BrowserRecording    bool   `json:"browserRecording,omitempty"`
+	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
+	// DesktopUsers is how many holders may use the desktop tools of the
+	// connection's computer at once (api.DefaultDesktopUsers when 0).
+	DesktopUsers int       `json:"desktopUsers"`
+	CreatedAt    time.Time `json:"createdAt"`
+	Credentials  []byte    `json:"-"`
 }
 
 // Session is one computer of a connection, from reservation to cleanup.
@@ -176,6 +183,7 @@ type Store interface {
 	Keys
 	Pool
 	Seats
+	DesktopSeats
 	Archives
 	Close() error
 }

@@ -10,11 +10,28 @@ import (
 	"github.com/berthdev/berth/supervisor/store"
 )
 
-// TakeSeat implements store.Seats. The session's row orders the viewers
-// that take seats of one desktop at once: SQLite has one writer at a time,
-// and on PostgreSQL the row stays locked (FOR UPDATE) until the seat is
-// written, so two supervisors never both take the last seat.
+// seatTable names the table of one kind of seats and its column of who
+// holds a seat: viewer_seats (viewer_id) for live view, desktop_seats
+// (holder_id) for the desktop tools.
+type seatTable struct {
+	table, who, kind string
+}
+
+var (
+	viewerSeats  = seatTable{table: "viewer_seats", who: "viewer_id"}
+	desktopSeats = seatTable{table: "desktop_seats", who: "holder_id", kind: "desktop"}
+)
+
+// TakeSeat implements store.Seats.
 func (s *Store) TakeSeat(ctx context.Context, session, viewer string, expires, now time.Time, limit int) (int, error) {
+	return s.takeSeat(ctx, viewerSeats, session, viewer, expires, now, limit)
+}
+
+// takeSeat takes a seat of table t. The session's row orders those that
+// take seats of one desktop at once: SQLite has one writer at a time, and
+// on PostgreSQL the row stays locked (FOR UPDATE) until the seat is
+// written, so two supervisors never both take the last seat.
+func (s *Store) takeSeat(ctx context.Context, t seatTable, session, who string, expires, now time.Time, limit int) (int, error) {
 	if limit < 1 {
 		return 0, fmt.Errorf("take seat at session %s: limit is %d, want at least 1", session, limit)
 	}
@@ -36,20 +53,21 @@ func (s *Store) TakeSeat(ctx context.Context, session, viewer string, expires, n
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM viewer_seats WHERE session_id = ? AND expires_at <= ?`), session, ms(now)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM `+t.table+` WHERE session_id = ? AND expires_at <= ?`), session, ms(now)); err != nil {
 			return err
 		}
 		var others int
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM viewer_seats WHERE session_id = ? AND viewer_id <> ?`),
-			session, viewer).Scan(&others); err != nil {
+		var first sql.NullInt64
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*), MIN(expires_at) FROM `+t.table+` WHERE session_id = ? AND `+t.who+` <> ?`),
+			session, who).Scan(&others, &first); err != nil {
 			return err
 		}
 		if others >= limit {
-			return &store.SeatsFullError{Held: others, Limit: limit}
+			return &store.SeatsFullError{Held: others, Limit: limit, FreesAt: fromMS(first.Int64), Kind: t.kind}
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO viewer_seats (session_id, viewer_id, expires_at) VALUES (?, ?, ?)
-			ON CONFLICT (session_id, viewer_id) DO UPDATE SET expires_at = excluded.expires_at`),
-			session, viewer, ms(expires)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO `+t.table+` (session_id, `+t.who+`, expires_at) VALUES (?, ?, ?)
+			ON CONFLICT (session_id, `+t.who+`) DO UPDATE SET expires_at = excluded.expires_at`),
+			session, who, ms(expires)); err != nil {
 			return err
 		}
 		held = others + 1

@@ -3,7 +3,7 @@
 // that all of them keep one contract: agents and connections, reservations
 // against the daily budget, compare-and-set session updates, the reaper's
 // queries, usage, idempotency records, instance liveness and session
-// claims, viewer seats, also under concurrent use.
+// claims, viewer and desktop seats, also under concurrent use.
 //
 // The suite takes its times from fixed instants, never from the clock, and
 // never sleeps.
@@ -58,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PersistentConnection", testPersistentConnection}, {"Archives", testArchives},
 		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
 		{"IdleSleepDue", testIdleSleepDue},
+		{"BrowserOptions", testBrowserOptions}, {"DesktopSeats", testDesktopSeats},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
