@@ -50,7 +50,10 @@ type ConnectRequest struct {
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
 	// DesktopUsers is how many holders may use the desktop tools of a
 	// desktop computer at once, 1..MaxDesktopUsers (0: the default, 1).
-	DesktopUsers int `json:"desktopUsers,omitempty"`
+	// BrowserEvaluate allows browser_evaluate, which runs any script in
+	// the page the agent's browser shows; off by default.
+	BrowserEvaluate bool `json:"browserEvaluate,omitempty"`
+	DesktopUsers    int  `json:"desktopUsers,omitempty"`
 }
 
 // Persistence of a connection's computers.
@@ -96,8 +99,10 @@ type Connection struct {
 	BrowserRecording    bool   `json:"browserRecording,omitempty"`
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
 	// DesktopUsers is how many holders may use the desktop tools at once.
-	DesktopUsers int       `json:"desktopUsers"`
-	CreatedAt    time.Time `json:"createdAt"`
+	DesktopUsers int `json:"desktopUsers"`
+	// BrowserEvaluate is set on connections that allow browser_evaluate.
+	BrowserEvaluate bool      `json:"browserEvaluate,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
 }
 
 // Session states.

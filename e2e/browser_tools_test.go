@@ -146,6 +146,18 @@ func TestBrowserToolsOverMCP(t *testing.T) {
 	if res, text := try("browser_evaluate", map[string]any{"expression": "1+1"}); !res.IsError || !strings.Contains(text, "browserEvaluate") {
 		t.Fatalf("browser_evaluate on a connection that does not allow it: %s", text)
 	}
+	// A connection that allows it: the page's own value comes back.
+	const evaluator = "browse-eval"
+	s.must("POST", "/v1/agents", map[string]any{"id": evaluator, "name": evaluator}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": evaluator, "provider": "docker", "leaseSeconds": 600, "dailySeconds": 3600, "browserEvaluate": true}, 201, nil)
+	s.must("POST", "/v1/agents/"+evaluator+"/computer/start", nil, 200, nil)
+	t.Cleanup(func() { s.call("POST", "/v1/agents/"+evaluator+"/computer/stop", nil, nil) })
+	var ev struct{ Value json.RawMessage }
+	s.must("POST", "/v1/agents/"+evaluator+"/computer/browser/evaluate", map[string]any{"expression": "[navigator.userAgent.includes('Chrome'), 6*7]"}, 200, &ev)
+	if string(ev.Value) != "[true,42]" {
+		t.Fatalf("browser_evaluate where allowed: %s", ev.Value)
+	}
+	s.call("POST", "/v1/agents/"+evaluator+"/computer/stop", nil, nil)
 
 	// REST: bad input names the field and the limit; a stale ref is a 404.
 	var e struct {

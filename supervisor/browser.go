@@ -162,7 +162,7 @@ func (s *Service) BrowserEvaluate(ctx context.Context, agent string, r api.Brows
 	if err != nil {
 		return api.BrowserEvaluation{}, err
 	}
-	if _ = c; false {
+	if !c.BrowserEvaluate {
 		return api.BrowserEvaluation{}, errorf(http.StatusForbidden, api.CodeEvaluateNotAllowed,
 			"browser_evaluate runs any script in the page; agent %q's connection does not allow it (connect with \"browserEvaluate\": true)", agent)
 	}

@@ -253,6 +253,8 @@ type ConnectRequest struct {
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
 	// DesktopUsers: see api.ConnectRequest; only with image "desktop".
 	DesktopUsers *int `json:"desktopUsers,omitempty"`
+	// BrowserEvaluate: see api.ConnectRequest.
+	BrowserEvaluate bool `json:"browserEvaluate,omitempty"`
 }
 
 // Connect attaches a provider to an agent.
@@ -320,6 +322,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 		AgentID: r.Agent, Provider: r.Provider, Image: r.Image, LeaseSeconds: lease, DailySeconds: daily,
 		Persistence: r.Persistence, CreatedAt: s.clk.Now().UTC(), Credentials: []byte(sealed),
 		BrowserRecording: r.BrowserRecording, BrowserProxyCountry: r.BrowserProxyCountry, DesktopUsers: users,
+		BrowserEvaluate: r.BrowserEvaluate,
 	}
 	if r.Persistence == api.PersistenceHome {
 		c.IdleSleepSeconds, c.MaxCheckpoints = *r.IdleSleepSeconds, *r.MaxCheckpoints

@@ -3,8 +3,11 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -73,6 +76,15 @@ func Dial(ctx context.Context, wsURL string, opts DriverOptions) (*Driver, error
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Logger.With("component", "browser")
+	if u, err := url.Parse(wsURL); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		// An HTTP DevTools endpoint (Browser Use gives one) names its
+		// websocket in /json/version.
+		ws, err := versionURL(ctx, u, opts.Header)
+		if err != nil {
+			return nil, browserFailed("connect to the browser at %s: %v", redactURL(wsURL), err)
+		}
+		wsURL = ws
+	}
 	aopts := []remote.Option{remote.NoModifyURL}
 	if len(opts.Header) > 0 {
 		aopts = append(aopts, remote.WithDialHTTPHeader(opts.Header))
@@ -126,6 +138,59 @@ func Dial(ctx context.Context, wsURL string, opts DriverOptions) (*Driver, error
 		return nil, describe(ctx, d.browser.LostConnection, err, "attach to the first tab", 0)
 	}
 	return d, nil
+}
+
+// maxVersionBytes bounds the answer of /json/version.
+const maxVersionBytes = 64 << 10
+
+// versionURL reads the browser's websocket URL from the /json/version of
+// the HTTP DevTools endpoint u, and returns it on u's host (the browser
+// names its own address, which may not be the one it is reached on), with
+// ws for http and wss for https, and u's query (where hosted providers
+// put credentials) when it has none of its own.
+func versionURL(ctx context.Context, u *url.URL, h http.Header) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	v := *u
+	v.Path = strings.TrimRight(v.Path, "/") + "/json/version"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.String(), nil)
+	if err != nil {
+		return "", err
+	}
+	maps.Copy(req.Header, h)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("GET /json/version: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxVersionBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("GET /json/version: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK || len(body) > maxVersionBytes {
+		return "", fmt.Errorf("GET /json/version: %s, %d bytes", resp.Status, len(body))
+	}
+	var version struct {
+		WebSocketDebuggerURL string `json:"webSocketDebuggerUrl"`
+	}
+	if err := json.Unmarshal(body, &version); err != nil || version.WebSocketDebuggerURL == "" {
+		return "", errors.New("GET /json/version: no webSocketDebuggerUrl in the answer")
+	}
+	ws, err := url.Parse(version.WebSocketDebuggerURL)
+	if err != nil {
+		return "", fmt.Errorf("GET /json/version: webSocketDebuggerUrl: %w", err)
+	}
+	ws.Scheme, ws.Host = "ws", u.Host
+	if u.Scheme == "https" {
+		ws.Scheme = "wss"
+	}
+	if ws.RawQuery == "" {
+		ws.RawQuery = u.RawQuery
+	}
+	return ws.String(), nil
 }
 
 // redactURL drops a URL's query and user info, where hosted providers

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -191,10 +192,47 @@ func (s *Stack) CheckSession(agent string, v supervisor.SessionView) {
 		s.t.Errorf("client Start = %+v, %v; want session %s with its browser URLs", again, err, v.ID)
 	}
 	Drive(s.t, v.Browser.CDPURL)
+	s.DriveTools(agent)
 	s.RequireNoShell(agent)
 	if code, raw := s.Call("POST", "/v1/agents/"+agent+"/computer/stop", nil); code != http.StatusOK {
 		s.t.Fatalf("stop: %d %s", code, raw)
 	}
+}
+
+// DriveTools drives the session's browser with the browser tools over
+// REST, which the supervisor carries out over the session's CDP URL: it
+// opens a page on loopback, reads its tree, clicks a button by its ref
+// and reads the page's answer.
+func (s *Stack) DriveTools(agent string) {
+	s.t.Helper()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `<html><head><title>tools page</title></head><body><button onclick="document.getElementById('x').textContent='clicked through the tools'">Press me</button><p id="x">waiting</p></body></html>`)
+	}))
+	defer page.Close()
+	base := "/v1/agents/" + agent + "/computer/browser/"
+	call := func(tool string, body any, out any) {
+		s.t.Helper()
+		code, raw := s.Call("POST", base+tool, body)
+		if code != http.StatusOK {
+			s.t.Fatalf("browser %s: %d %s", tool, code, raw)
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			s.t.Fatalf("browser %s: %v: %s", tool, err, raw)
+		}
+	}
+	var p api.BrowserPage
+	call("navigate", map[string]any{"url": page.URL}, &p)
+	if p.Title != "tools page" {
+		s.t.Fatalf("navigate: %+v, want the page's title", p)
+	}
+	var snap api.BrowserSnapshot
+	call("snapshot", nil, &snap)
+	m := regexp.MustCompile(`button "Press me" \[ref=(e\d+)\]`).FindStringSubmatch(snap.Tree)
+	if m == nil {
+		s.t.Fatalf("snapshot has no button with a ref:\n%s", snap.Tree)
+	}
+	call("click", map[string]any{"ref": m[1]}, &p)
+	call("wait_for", map[string]any{"text": "clicked through the tools", "timeoutMs": 10000}, &p)
 }
 
 // RequireNotLogged fails t where any of secrets is in the stack's logs.

@@ -60,9 +60,11 @@ type Connection struct {
 	BrowserProxyCountry string `json:"browserProxyCountry,omitempty"`
 	// DesktopUsers is how many holders may use the desktop tools of the
 	// connection's computer at once (api.DefaultDesktopUsers when 0).
-	DesktopUsers int       `json:"desktopUsers"`
-	CreatedAt    time.Time `json:"createdAt"`
-	Credentials  []byte    `json:"-"`
+	DesktopUsers int `json:"desktopUsers"`
+	// BrowserEvaluate allows the browser tool browser_evaluate.
+	BrowserEvaluate bool      `json:"browserEvaluate,omitempty"`
+	CreatedAt       time.Time `json:"createdAt"`
+	Credentials     []byte    `json:"-"`
 }
 
 // Session is one computer of a connection, from reservation to cleanup.

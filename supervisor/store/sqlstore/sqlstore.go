@@ -210,9 +210,9 @@ func (s *Store) CreateConnection(ctx context.Context, c store.Connection) error 
 	if c.Persistence == "" {
 		c.Persistence = "none"
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO connections (`+connCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO connections (`+connCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		c.AgentID, c.Provider, c.Image, c.LeaseSeconds, c.DailySeconds, string(c.Credentials), ms(c.CreatedAt),
-		c.Persistence, c.IdleSleepSeconds, c.MaxCheckpoints, boolInt(c.BrowserRecording), c.BrowserProxyCountry, max(c.DesktopUsers, 1))
+		c.Persistence, c.IdleSleepSeconds, c.MaxCheckpoints, boolInt(c.BrowserRecording), c.BrowserProxyCountry, max(c.DesktopUsers, 1), boolInt(c.BrowserEvaluate))
 	if isUnique(err) {
 		return fmt.Errorf("connection for agent %s: %w", c.AgentID, store.ErrConflict)
 	}
@@ -220,7 +220,7 @@ func (s *Store) CreateConnection(ctx context.Context, c store.Connection) error 
 }
 
 const connCols = `agent_id, provider, image, lease_seconds, daily_seconds, credentials, created_at,
-	persistence, idle_sleep_seconds, max_checkpoints, browser_recording, browser_proxy_country, desktop_users`
+	persistence, idle_sleep_seconds, max_checkpoints, browser_recording, browser_proxy_country, desktop_users, browser_evaluate`
 
 // boolInt is b as the 0 or 1 of an INTEGER column, the same on both
 // dialects.
@@ -235,10 +235,10 @@ func scanConn(row rowScanner) (store.Connection, error) {
 	var c store.Connection
 	var creds string
 	var created int64
-	var record int
+	var record, evaluate int
 	err := row.Scan(&c.AgentID, &c.Provider, &c.Image, &c.LeaseSeconds, &c.DailySeconds, &creds, &created,
-		&c.Persistence, &c.IdleSleepSeconds, &c.MaxCheckpoints, &record, &c.BrowserProxyCountry, &c.DesktopUsers)
-	c.BrowserRecording = record != 0
+		&c.Persistence, &c.IdleSleepSeconds, &c.MaxCheckpoints, &record, &c.BrowserProxyCountry, &c.DesktopUsers, &evaluate)
+	c.BrowserRecording, c.BrowserEvaluate = record != 0, evaluate != 0
 	c.Credentials = []byte(creds)
 	c.CreatedAt = fromMS(created)
 	return c, err

@@ -16,14 +16,14 @@ func testBrowserOptions(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.BrowserRecording || c.BrowserProxyCountry != "" {
+	if c.BrowserRecording || c.BrowserProxyCountry != "" || c.BrowserEvaluate {
 		t.Errorf("plain connection = %+v, want recording off and no proxy", c)
 	}
 	if err := s.CreateAgent(ctx, store.Agent{ID: "rec", Name: "rec", Workspace: "ws", CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	want := store.Connection{AgentID: "rec", Provider: "browserbase", Image: "headless", LeaseSeconds: 300, DailySeconds: 3600,
-		BrowserRecording: true, BrowserProxyCountry: "de", CreatedAt: t0, Credentials: []byte("sealed")}
+		BrowserRecording: true, BrowserProxyCountry: "de", BrowserEvaluate: true, CreatedAt: t0, Credentials: []byte("sealed")}
 	if err := s.CreateConnection(ctx, want); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func testBrowserOptions(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.BrowserRecording || got.BrowserProxyCountry != "de" {
+	if !got.BrowserRecording || got.BrowserProxyCountry != "de" || !got.BrowserEvaluate {
 		t.Errorf("connection = %+v, want recording on and the proxy in de", got)
 	}
 	all, err := s.Connections(ctx)
