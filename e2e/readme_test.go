@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net/http"
 	"net/url"
 	"os"
@@ -275,6 +276,7 @@ func TestREADME(t *testing.T) {
 	curlBlock, cliBlock := first[0], first[1]
 	deskBlock := shBlocks(t, sections, "A desktop, watched live", 1)[0]
 	keepBlock := shBlocks(t, sections, "A computer that keeps its files", 1)[0]
+	webBlock := shBlocks(t, sections, "A browser the agent drives", 1)[0]
 
 	deadline := time.Now().Add(10 * time.Minute)
 	if d, ok := t.Deadline(); ok && d.Add(-30*time.Second).Before(deadline) {
@@ -351,7 +353,7 @@ func TestREADME(t *testing.T) {
 	token := strings.TrimPrefix(exports[1], "export SUPERVISOR_TOKEN=")
 	s := &super{t: t, url: baseURL, token: token}
 
-	agents := []string{"demo", "demo2", "keeper", "desk"}
+	agents := []string{"demo", "demo2", "keeper", "web", "desk"}
 	sessions := map[string]string{} // agent -> its session
 	t.Cleanup(func() {
 		// Whatever the test left: stop the sessions, disconnect the agents.
@@ -483,6 +485,37 @@ func TestREADME(t *testing.T) {
 			}
 		}},
 	})
+
+	// The browser block: the page served in the computer is read and
+	// looked at.
+	runs = runShellBlock(t, ctx, work, env, prelude, webBlock.lines)
+	checkLines(t, runs, []lineCheck{
+		{regexp.MustCompile(`^berth computer start `), func(t *testing.T, r lineRun) {
+			sessions["web"] = sessionIDRE.FindString(r.stdout)
+		}},
+		{regexp.MustCompile(`^berth computer browse --agent web navigate `), func(t *testing.T, r lineRun) {
+			if !strings.Contains(r.stdout, "tab 0: Hi (http://127.0.0.1:8000/)") {
+				t.Errorf("%s: %q, want the page's title and URL", r.line, r.stdout)
+			}
+		}},
+		{regexp.MustCompile(`^berth computer browse --agent web snapshot`), func(t *testing.T, r lineRun) {
+			if !regexp.MustCompile(`(?m)^- button "Go" \[ref=e\d+\]$`).MatchString(r.stdout) {
+				t.Errorf("%s: %q, want the button with its ref", r.line, r.stdout)
+			}
+		}},
+		{regexp.MustCompile(`^berth computer browse --agent web screenshot `), func(t *testing.T, r lineRun) {
+			f, err := os.Open(filepath.Join(work, "page.png"))
+			if err != nil {
+				t.Errorf("%s: %v", r.line, err)
+				return
+			}
+			defer f.Close()
+			if cfg, err := png.DecodeConfig(f); err != nil || cfg.Width != 1280 || cfg.Height != 720 {
+				t.Errorf("%s: page.png is %+v, %v; want a 1280x720 PNG", r.line, cfg, err)
+			}
+		}},
+	})
+	gone("web")
 
 	// The desktop block.
 	runs = runShellBlock(t, ctx, work, env, prelude, deskBlock.lines)
