@@ -535,16 +535,6 @@ func (w *loadWatch) wait(ctx context.Context) error {
 	}
 }
 
-// seen reports, without waiting, whether a navigation ended.
-func (w *loadWatch) seen() bool {
-	select {
-	case <-w.ch:
-		return true
-	default:
-		return false
-	}
-}
-
 func (w *loadWatch) stop() {
 	for _, s := range w.stops {
 		s()

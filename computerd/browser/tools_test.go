@@ -18,9 +18,8 @@ import (
 // stack is the browser tools as the supervisor reaches them: a Client,
 // the Server behind httptest, a Launcher running the host's Chromium.
 type stack struct {
-	c   *Client
-	l   *Launcher
-	web *httptest.Server // the test pages
+	c *Client
+	l *Launcher
 }
 
 const testToken = "secret-token"
