@@ -56,6 +56,24 @@ func fetch(t testing.TB, u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// openApp opens the preview app at u in headless Chromium and waits until
+// its page has talked to the app over a websocket through the link.
+func openApp(t *testing.T, ctx context.Context, u string) context.Context {
+	t.Helper()
+	bctx := browser(t, ctx)
+	if err := chromedp.Do(bctx, chromedp.Navigate(u)); err != nil {
+		t.Fatalf("open %s: %v", u, err)
+	}
+	var out string
+	if !testkit.Poll(20*time.Second, func() bool {
+		out, _ = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("out") ? document.getElementById("out").textContent : ""`))
+		return out == "echo: ping from the page"
+	}) {
+		t.Fatalf("the page's websocket through the preview: %q, want the app's echo", out)
+	}
+	return bctx
+}
+
 // TestPortPreviewDocker opens a web app served in a real Docker computer
 // through a preview link: in headless Chromium (its page talks to the app
 // over a websocket through the link), with a Go websocket client, and
@@ -74,17 +92,7 @@ func TestPortPreviewDocker(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bctx := browser(t, ctx)
-	if err := chromedp.Do(bctx, chromedp.Navigate(p.URL)); err != nil {
-		t.Fatalf("open %s: %v", p.URL, err)
-	}
-	var out string
-	if !testkit.Poll(20*time.Second, func() bool {
-		out, _ = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("out") ? document.getElementById("out").textContent : ""`))
-		return out == "echo: ping from the page"
-	}) {
-		t.Fatalf("the page's websocket through the preview: %q, want the app's echo", out)
-	}
+	bctx := openApp(t, ctx, p.URL)
 	title, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.title`))
 	if err != nil || title != "Preview app" {
 		t.Fatalf("title %q, %v", title, err)
@@ -241,17 +249,7 @@ func TestPortPreviewHostDocker(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	bctx := browser(t, ctx)
-	if err := chromedp.Do(bctx, chromedp.Navigate(p.URL)); err != nil {
-		t.Fatalf("open %s: %v", p.URL, err)
-	}
-	var out string
-	if !testkit.Poll(20*time.Second, func() bool {
-		out, _ = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("out") ? document.getElementById("out").textContent : ""`))
-		return out == "echo: ping from the page"
-	}) {
-		t.Fatalf("the page's websocket through the preview: %q, want the app's echo", out)
-	}
+	bctx := openApp(t, ctx, p.URL)
 	origin, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`self.origin`))
 	if want := "http://" + u.Host; origin != want {
 		t.Errorf("the previewed page's origin is %q, want %q", origin, want)

@@ -1,13 +1,8 @@
 package browser
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
-	"strings"
 
 	"github.com/berthdev/berth/internal/httpjson"
 )
@@ -16,19 +11,13 @@ import (
 // implements Tools; a remote failure is the *httpjson.Error computerd
 // answered.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
-	hdr   http.Header
+	c httpjson.Caller
 }
 
 // NewClient returns a client for the computerd at baseURL. hc and header
 // may be nil.
 func NewClient(baseURL, token string, hc *http.Client, header http.Header) *Client {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc, hdr: header}
+	return &Client{c: httpjson.Caller{Base: baseURL, Token: token, HTTP: hc, Header: header, Code: CodeBrowserFailed, Name: "browser"}}
 }
 
 // Answer limits: a page description, a tab list, a snapshot, an evaluation
@@ -38,7 +27,6 @@ const (
 	snapshotAnswerBytes   = 2*MaxSnapshotBytes + 64<<10
 	evaluateAnswerBytes   = MaxEvaluateBytes + 64<<10
 	screenshotAnswerBytes = MaxScreenshotBytes/3*4 + 64<<10
-	errorAnswerBytes      = 16 << 10
 )
 
 // Navigate implements Tools.
@@ -102,49 +90,7 @@ func (c *Client) Evaluate(ctx context.Context, req EvaluateRequest) (Evaluation,
 }
 
 func (c *Client) call(ctx context.Context, path string, in, out any, limit int64) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	for k, vs := range c.hdr {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("browser %s: %w", strings.TrimPrefix(path, PathPrefix), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		e, _ := httpjson.ReadError(resp, errorAnswerBytes)
-		if e.Code == "" {
-			e.Code = CodeBrowserFailed
-			if e.Message == "" {
-				e.Message = resp.Status
-			}
-		}
-		return e
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return fmt.Errorf("browser %s: read answer: %w", strings.TrimPrefix(path, PathPrefix), err)
-	}
-	if int64(len(body)) > limit {
-		return fmt.Errorf("browser %s: answer over %d bytes", strings.TrimPrefix(path, PathPrefix), limit)
-	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("browser %s: decode answer: %w", strings.TrimPrefix(path, PathPrefix), err)
-	}
-	return nil
+	return c.c.Call(ctx, http.MethodPost, path, in, out, limit)
 }
 
 var _ Tools = (*Client)(nil)

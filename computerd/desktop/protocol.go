@@ -1,15 +1,11 @@
 package desktop
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/berthdev/berth/computerd"
@@ -205,20 +201,15 @@ type ActionResult struct {
 }
 
 // Client calls a computer's desktop endpoints with the computer's token.
+// A remote failure is the *RemoteError computerd answered.
 type Client struct {
-	base  string
-	token string
-	hc    *http.Client
-	hdr   http.Header
+	c httpjson.Caller
 }
 
 // NewClient returns a client for the computerd at baseURL. hc and header
 // may be nil.
 func NewClient(baseURL, token string, hc *http.Client, header http.Header) *Client {
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), token: token, hc: hc, hdr: header}
+	return &Client{c: httpjson.Caller{Base: baseURL, Token: token, HTTP: hc, Header: header, Code: computerd.CodeInternal, Name: "desktop"}}
 }
 
 // Offer sends a viewer's offer and returns the answer.
@@ -324,57 +315,17 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (ActionResult, error
 	return a, c.call(ctx, http.MethodPost, PathWait, req, &a)
 }
 
+// maxAnswerBytes bounds the JSON answers of the desktop endpoints.
+const maxAnswerBytes = 4 << 20
+
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	resp, err := c.do(ctx, method, path, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	return json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(out)
+	return c.c.Call(ctx, method, path, in, out, maxAnswerBytes)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return nil, err
-	}
-	for k, vs := range c.hdr {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		defer resp.Body.Close()
-		e, _ := httpjson.ReadError(resp, 64<<10)
-		if e.Code == "" {
-			e.Code = computerd.CodeInternal
-		}
-		return nil, &RemoteError{Status: e.Status, Code: e.Code, Message: e.Message}
-	}
-	return resp, nil
+	return c.c.Send(ctx, method, path, body)
 }
 
-// RemoteError is an error answer from computerd.
-type RemoteError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *RemoteError) Error() string {
-	return fmt.Sprintf("computerd %d %s: %s", e.Status, e.Code, e.Message)
-}
+// RemoteError is an error answer from computerd: its status, code and
+// message.
+type RemoteError = httpjson.Error

@@ -53,16 +53,15 @@ func appServer(t *testing.T) (port int, seen chan http.Header) {
 			}
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
+	return listenApp(t, mux), seen
+}
+
+// listenApp serves h on a loopback port of its own and returns the port.
+func listenApp(t *testing.T, h http.Handler) int {
+	t.Helper()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return ln.Addr().(*net.TCPAddr).Port, seen
+	return srv.Listener.Addr().(*net.TCPAddr).Port
 }
 
 func get(t *testing.T, u string, cookie string) (*http.Response, string) {
@@ -71,6 +70,13 @@ func get(t *testing.T, u string, cookie string) (*http.Response, string) {
 	if cookie != "" {
 		req.Header.Set("Cookie", cookie)
 	}
+	return do(t, req)
+}
+
+// do sends req without following redirects and returns the answer and
+// its body.
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -175,20 +181,14 @@ func TestPortPreview(t *testing.T) {
 	}
 }
 
-// hostGet GETs path from the test server with the given Host.
+// hostGet GETs path from the test server with the given Host, with the
+// operator's token.
 func hostGet(t *testing.T, srvURL, host, path string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", srvURL+path, nil)
 	req.Host = host
 	req.Header.Set("Authorization", "Bearer "+opToken)
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return do(t, req)
 }
 
 // TestPortPreviewHost: with a preview domain each link is a host of its
@@ -203,7 +203,7 @@ func TestPortPreviewHost(t *testing.T) {
 	}
 	e := newEnvWith(t, st, func(c *supervisor.Config) { c.PreviewDomain = "preview.test" })
 	e.connect("ph", 900, 36000)
-	port, _ := appServerWithCookie(t, "theme=dark; Domain=preview.test; Path=/")
+	port := appServerWithCookie(t, "theme=dark; Domain=preview.test; Path=/")
 	e.mustCall("POST", "/v1/agents/ph/computer/start", nil, 200, nil)
 	var p api.Preview
 	e.mustCall("POST", "/v1/agents/ph/computer/ports/"+strconv.Itoa(port)+"/preview", nil, 201, &p)
@@ -259,22 +259,13 @@ func TestPortPreviewHost(t *testing.T) {
 }
 
 // appServerWithCookie is an app that sets the given cookie line.
-func appServerWithCookie(t *testing.T, cookie string) (int, *httptest.Server) {
+func appServerWithCookie(t *testing.T, cookie string) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return listenApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("Set-Cookie", cookie)
 		w.Header().Add("Set-Cookie", "berth_session=forged; Domain=preview.test")
 		io.WriteString(w, "app page at "+r.URL.Path)
 	}))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return ln.Addr().(*net.TCPAddr).Port, srv
 }
 
 func TestCheckPreviewDomain(t *testing.T) {
