@@ -81,7 +81,8 @@ func TestDesktopToolsOverMCP(t *testing.T) {
 	requireDocker(t, desktopImage)
 	s := startDesktopSupervisor(t)
 	const agent = "desk"
-	startDesktop(s, agent)
+	// Two callers use the desktop: the MCP server and this test over REST.
+	startDesktopFor(s, agent, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -213,6 +214,21 @@ nohup xterm -u8 -T typer -geometry 80x5+400+300 -e sh -c 'read -r l; printf %s "
 	s.must("POST", base, map[string]any{"action": "screenshot", "width": 320, "format": "jpeg"}, 200, &shot)
 	if shot.Width != 320 || shot.Height != 180 || shot.ScreenWidth != 1280 || shot.Format != "jpeg" || !bytes.HasPrefix(shot.Image, []byte{0xff, 0xd8}) {
 		t.Fatalf("screenshot action: %dx%d of %dx%d %s, %d bytes", shot.Width, shot.Height, shot.ScreenWidth, shot.ScreenHeight, shot.Format, len(shot.Image))
+	}
+
+	// Both seats are held (the MCP server's and this test's): a third
+	// caller is refused.
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.url+base, strings.NewReader(`{"action":"cursor_position"}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("Berth-Desktop-Holder", "a-third-caller")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != 409 || !strings.Contains(string(body), `"desktop_busy"`) {
+		t.Fatalf("a third caller with desktopUsers 2: %d %s, want 409 desktop_busy", resp.StatusCode, body)
 	}
 }
 

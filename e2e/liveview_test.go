@@ -43,8 +43,15 @@ func startLiveSupervisor(t testing.TB) *super {
 // startDesktop connects agent to a desktop computer and starts it.
 func startDesktop(s *super, agent string) string {
 	s.t.Helper()
+	return startDesktopFor(s, agent, 1)
+}
+
+// startDesktopFor is startDesktop on a connection whose desktop tools
+// users callers may hold at once (desktopUsers).
+func startDesktopFor(s *super, agent string, users int) string {
+	s.t.Helper()
 	s.must("POST", "/v1/agents", map[string]any{"id": agent, "name": agent}, 201, nil)
-	s.must("POST", "/v1/computers", map[string]any{"agent": agent, "provider": "docker", "image": "desktop", "leaseSeconds": 600}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": agent, "provider": "docker", "image": "desktop", "leaseSeconds": 600, "desktopUsers": users}, 201, nil)
 	var sess struct{ ID string }
 	s.must("POST", "/v1/agents/"+agent+"/computer/start", nil, 200, &sess)
 	s.t.Cleanup(func() { s.call("POST", "/v1/agents/"+agent+"/computer/stop", nil, nil) })
