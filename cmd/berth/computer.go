@@ -98,6 +98,12 @@ wakes it with the home restored. Processes and files outside the home do
 not survive a sleep. Checkpoints (berth computer checkpoint) save the home
 under a name; --max-checkpoints bounds how many are kept.
 
+--desktop-users sets how many callers may hold a desktop computer's desktop
+tools at once. --browser-evaluate allows the browser tool evaluate, which
+runs any script in the page. A hosted browser (browserbase, browseruse) is
+not recorded and uses no proxy unless --browser-recording or
+--browser-proxy-country says so.
+
 Connecting does not prove that the account can create a machine: the first
 start does.`,
 		Example: `  berth computer connect --agent a1 --provider docker --lease 900 --daily 3600
@@ -135,6 +141,11 @@ start does.`,
 		api.MinIdleSleepSeconds, api.MaxIdleSleepSeconds, api.DefaultIdleSleepSeconds))
 	f.IntVar(&req.MaxCheckpoints, "max-checkpoints", 0, fmt.Sprintf("with --persistence home: how many checkpoints the agent may keep, 1..%d (default %d)",
 		api.MaxMaxCheckpoints, api.DefaultMaxCheckpoints))
+	f.IntVar(&req.DesktopUsers, "desktop-users", 0, fmt.Sprintf("with --image desktop: how many callers may hold the desktop tools at once, 1..%d (default %d)",
+		api.MaxDesktopUsers, api.DefaultDesktopUsers))
+	f.BoolVar(&req.BrowserEvaluate, "browser-evaluate", false, "allow the browser tool evaluate (any script in the page)")
+	f.BoolVar(&req.BrowserRecording, "browser-recording", false, "hosted browsers: have the provider record each session")
+	f.StringVar(&req.BrowserProxyCountry, "browser-proxy-country", "", "hosted browsers: route through the provider's proxy in this country (us, de, ...)")
 	cmd.RegisterFlagCompletionFunc("image", cobra.FixedCompletions([]string{"headless", "desktop"}, cobra.ShellCompDirectiveNoFileComp))
 	cmd.RegisterFlagCompletionFunc("persistence", cobra.FixedCompletions([]string{api.PersistenceNone, api.PersistenceHome}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -154,6 +165,9 @@ func checkPersistence(cmd *cobra.Command, req *api.ConnectRequest) error {
 	}
 	// The client sends zero as "the default": a connection without
 	// checkpoints ("maxCheckpoints": 0) is made through the REST API.
+	if f.Changed("desktop-users") && req.DesktopUsers <= 0 {
+		return usagef("--desktop-users %d: want 1..%d", req.DesktopUsers, api.MaxDesktopUsers)
+	}
 	if f.Changed("idle-sleep") && req.IdleSleepSeconds <= 0 {
 		return usagef("--idle-sleep %d: want %d..%d seconds", req.IdleSleepSeconds, api.MinIdleSleepSeconds, api.MaxIdleSleepSeconds)
 	}
@@ -165,11 +179,24 @@ func checkPersistence(cmd *cobra.Command, req *api.ConnectRequest) error {
 
 // persistenceText describes what a persistent connection keeps, or nothing.
 func persistenceText(conn *api.Connection) string {
-	if conn.Persistence != api.PersistenceHome {
-		return ""
+	var s string
+	if conn.Persistence == api.PersistenceHome {
+		s = fmt.Sprintf("; keeps its home folder, sleeps after %s without tool calls, up to %d checkpoints",
+			seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
 	}
-	return fmt.Sprintf("; keeps its home folder, sleeps after %s without tool calls, up to %d checkpoints",
-		seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
+	if conn.Image == "desktop" && conn.DesktopUsers > 1 {
+		s += fmt.Sprintf("; %d callers may use the desktop at once", conn.DesktopUsers)
+	}
+	if conn.BrowserEvaluate {
+		s += "; browser evaluate allowed"
+	}
+	if conn.BrowserRecording {
+		s += "; sessions recorded"
+	}
+	if conn.BrowserProxyCountry != "" {
+		s += "; proxy in " + conn.BrowserProxyCountry
+	}
+	return s
 }
 
 // parseCredentials turns key=value and key=@FILE pairs into a map.

@@ -296,3 +296,24 @@ func TestWriteRefusesBinary(t *testing.T) {
 		t.Error("binary content was sent")
 	}
 }
+
+func TestConnectDesktopAndBrowserOptions(t *testing.T) {
+	s := newSupervisor(t)
+	s.on("POST /v1/computers", http.StatusCreated, `{"agent":"a1","provider":"docker","image":"desktop","leaseSeconds":900,"dailySeconds":3600,
+		"persistence":"none","desktopUsers":2,"browserEvaluate":true,"createdAt":"2025-01-02T03:04:05Z"}`)
+	run(t, "", "computer", "connect", "--agent", "a1", "--provider", "docker", "--image", "desktop", "--desktop-users", "2", "--browser-evaluate").
+		want(t, 0, "connected agent a1 to docker: image desktop, sessions up to 15m0s, 1h0m0s a day; "+
+			"2 callers may use the desktop at once; browser evaluate allowed\n", "")
+	jsonEqual(t, s.only(t).Body, `{"agent":"a1","provider":"docker","image":"desktop","desktopUsers":2,"browserEvaluate":true}`)
+
+	s = newSupervisor(t)
+	s.on("POST /v1/computers", http.StatusCreated, `{"agent":"b1","provider":"browserbase","image":"headless","leaseSeconds":900,"dailySeconds":3600,
+		"persistence":"none","desktopUsers":1,"browserRecording":true,"browserProxyCountry":"de","createdAt":"2025-01-02T03:04:05Z"}`)
+	run(t, "", "computer", "connect", "--agent", "b1", "--provider", "browserbase", "--credential", "apiKey=k", "--browser-recording", "--browser-proxy-country", "de").
+		want(t, 0, "connected agent b1 to browserbase: image headless, sessions up to 15m0s, 1h0m0s a day; sessions recorded; proxy in de\n", "")
+	jsonEqual(t, s.only(t).Body, `{"agent":"b1","provider":"browserbase","credentials":{"apiKey":"k"},"browserRecording":true,"browserProxyCountry":"de"}`)
+
+	if r := run(t, "", "computer", "connect", "--agent", "a1", "--desktop-users", "0"); r.code != exitUsage || !strings.Contains(r.stderr, "--desktop-users 0: want 1..10") {
+		t.Errorf("--desktop-users 0: %+v", r)
+	}
+}
