@@ -21,8 +21,10 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/agent/lender"
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
@@ -161,6 +163,32 @@ func TestLendingThroughRelay(t *testing.T) {
 		t.Fatalf("terminal: %d %v %q", code, err, termOut.String())
 	}
 	st.Close()
+	// The supervisor's terminal and a port preview reach the lent computer
+	// through the relay too.
+	cl, err := api.New(s.url, s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shOut syncbuf.Buffer
+	tc, err := cl.Terminal(ctx, "lend1", api.TerminalRequest{Command: "read x; echo term-$x; exit 3"}, &shOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Write([]byte("lent\n"))
+	if exit, err := tc.Wait(); err != nil || exit.ExitCode != 3 || !strings.Contains(shOut.String(), "term-lent") {
+		t.Fatalf("terminal through the relay: %+v %v %q", exit, err, shOut.String())
+	}
+	tc.Close()
+	if x := s.exec("lend1", "mkdir -p site && echo 'served from a lent computer' > site/index.html && httpd -p 127.0.0.1:8090 -h site"); x.ExitCode != 0 {
+		t.Fatalf("serve a page: %+v", x)
+	}
+	var pv api.Preview
+	s.must("POST", "/v1/agents/lend1/computer/ports/8090/preview", nil, 201, &pv)
+	var code int
+	var page string
+	if !testkit.Poll(30*time.Second, func() bool { code, page = fetch(t, pv.URL); return code == 200 }) || page != "served from a lent computer\n" {
+		t.Fatalf("preview through the relay: %d %q", code, page)
+	}
 	// A reconciliation lists the lent machine and keeps it.
 	if rep, err := r.d.Service.Reconcile(ctx); err != nil || rep.Machines != 1 || rep.Kept != 1 {
 		t.Fatalf("reconcile: %+v %v", rep, err)

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/tunnel"
+	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/internal/syncbuf"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
@@ -70,6 +73,31 @@ func TestTunnelProvider(t *testing.T) {
 	s.must("POST", "/v1/agents/byo/computer/read_file", map[string]any{"path": "t.txt"}, 200, &r)
 	if r.Content != "tunnelled" {
 		t.Fatalf("read: %+v", r)
+	}
+	// A terminal and a port preview through the tunnel.
+	cl, err := api.New(s.url, s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var termOut syncbuf.Buffer
+	tc, err := cl.Terminal(ctx, "byo", api.TerminalRequest{Command: "read x; echo term-$x; exit 4"}, &termOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Write([]byte("tunnelled\n"))
+	if exit, err := tc.Wait(); err != nil || exit.ExitCode != 4 || !strings.Contains(termOut.String(), "term-tunnelled") {
+		t.Fatalf("terminal through the tunnel: %+v %v %q", exit, err, termOut.String())
+	}
+	tc.Close()
+	if x := s.exec("byo", "mkdir -p site && echo 'served through the tunnel' > site/index.html && httpd -p 127.0.0.1:8091 -h site"); x.ExitCode != 0 {
+		t.Fatalf("serve a page: %+v", x)
+	}
+	var pv api.Preview
+	s.must("POST", "/v1/agents/byo/computer/ports/8091/preview", nil, 201, &pv)
+	var code int
+	var page string
+	if !testkit.Poll(30*time.Second, func() bool { code, page = fetch(t, pv.URL); return code == 200 }) || page != "served through the tunnel\n" {
+		t.Fatalf("preview through the tunnel: %d %q", code, page)
 	}
 	s.must("POST", "/v1/agents/byo/computer/stop", nil, 200, nil)
 	// The apiKey is kept only sealed in the connection, never with the session.
