@@ -56,6 +56,9 @@ type Driver struct {
 	tabs   []*tab     // in the order the tab list shows them
 	sel    int        // index of the selected tab in tabs
 	closed bool
+	// nextRef is the least number a new ref may have: refs are never
+	// given twice by one Driver, in any tab or document.
+	nextRef int64
 }
 
 // tab is one page target, attached on first use.
@@ -64,7 +67,9 @@ type tab struct {
 	ctx    context.Context // its chromedp context, nil until attached
 	cancel context.CancelFunc
 	t      *chromedp.Target
-	axOn   bool // Accessibility domain enabled
+	// world is the unique id of the driver's isolated world in the tab's
+	// document (see snapshot.go), "" until made.
+	world string
 }
 
 // Dial attaches to the browser whose DevTools websocket is wsURL
