@@ -361,6 +361,22 @@ func TestTools(t *testing.T) {
 				t.Fatalf("snapshot has %q:\n%s", unwanted, snap.Tree)
 			}
 		}
+		// Cut at a line's end, counting bytes of UTF-8 (the heading is
+		// not ASCII).
+		end := 0
+		for i := 0; i < 6; i++ {
+			end += strings.IndexByte(snap.Tree[end:], '\n') + 1
+			for _, limit := range []int{end - 1, end} {
+				cut, err := c.Snapshot(ctx, SnapshotRequest{MaxBytes: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := snap.Tree[:strings.LastIndexByte(snap.Tree[:limit], '\n')+1]
+				if cut.Tree != want || !cut.Truncated || cut.Nodes != strings.Count(want, "\n") {
+					t.Fatalf("maxBytes %d: %q (truncated %v, %d nodes), want %q", limit, cut.Tree, cut.Truncated, cut.Nodes, want)
+				}
+			}
+		}
 		text := func(expr string) string {
 			t.Helper()
 			ev, err := c.Evaluate(ctx, EvaluateRequest{Expression: expr})
