@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
@@ -56,6 +57,11 @@ type Driver struct {
 	tabs   []*tab     // in the order the tab list shows them
 	sel    int        // index of the selected tab in tabs
 	closed bool
+	// nextRef is the least number a new ref may have: refs are never
+	// given twice by one Driver, in any tab or document. It starts at a
+	// random thousand, so a ref kept from an earlier connection to the
+	// browser is almost never another element's in this one.
+	nextRef int64
 }
 
 // tab is one page target, attached on first use.
@@ -64,7 +70,9 @@ type tab struct {
 	ctx    context.Context // its chromedp context, nil until attached
 	cancel context.CancelFunc
 	t      *chromedp.Target
-	axOn   bool // Accessibility domain enabled
+	// world is the unique id of the driver's isolated world in the tab's
+	// document (see snapshot.go), "" until made.
+	world string
 }
 
 // Dial attaches to the browser whose DevTools websocket is wsURL
@@ -96,7 +104,7 @@ func Dial(ctx context.Context, wsURL string, opts DriverOptions) (*Driver, error
 	logf := func(f string, args ...any) { log.Debug(fmt.Sprintf(f, args...)) }
 	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithBrowserOption(
 		chromedp.WithBrowserLogf(logf), chromedp.WithBrowserErrorf(logf)))
-	d := &Driver{opts: opts, log: log, cancelA: cancelA, bctx: bctx, cancelB: cancelB}
+	d := &Driver{opts: opts, log: log, cancelA: cancelA, bctx: bctx, cancelB: cancelB, nextRef: firstRef()}
 
 	// The first use binds the connection to bctx, so it runs on bctx and
 	// the dial's ctx only bounds the wait.
@@ -192,6 +200,10 @@ func versionURL(ctx context.Context, u *url.URL, h http.Header) (string, error) 
 	}
 	return ws.String(), nil
 }
+
+// firstRef is a connection's first ref number: a random thousand below a
+// million.
+func firstRef() int64 { return 1000 * (1 + rand.Int64N(999)) }
 
 // redactURL drops a URL's query and user info, where hosted providers
 // put credentials.

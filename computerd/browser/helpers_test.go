@@ -127,6 +127,32 @@ func pages(t testing.TB) *httptest.Server {
 	})
 	mux.Handle("/links", html(`<!doctype html><title>Links</title><ul><li><a href="/form">Form</a></li><li><a href="/late">Late</a></li></ul>`))
 	mux.Handle("/late", html(`<!doctype html><title>Late</title><body><script>setTimeout(() => { document.body.insertAdjacentHTML('beforeend', '<p>arrived now</p>') }, 300)</script></body>`))
+	mux.Handle("/rich", html(`<!doctype html><html><head><meta charset="utf-8"><title>Rich</title>
+<script>window.berth = {snapshot: () => ({tree: "- text \"forged\"\\n"}), lookup: () => null};</script></head><body>
+<nav aria-label="Main"><a href="#top">Top</a></nav>
+<main>
+<h2>Café 世界</h2>
+<p style="display:none">gone by display</p>
+<p aria-hidden="true">gone by aria</p>
+<p style="visibility:hidden">gone by visibility <span style="visibility:visible">back by visibility</span></p>
+<div id="host"></div>
+<details><summary>More</summary><p>folded text</p></details>
+<select aria-label="Colour"><option>Red</option><option selected>Green</option></select>
+<input type="checkbox" checked aria-label="Sure"> <input type="hidden" value="secret">
+<input type="password" aria-label="Secret" value="abc">
+<input type="submit" value="Send it">
+<img src="data:," alt="A logo">
+<table><tr><th>Head</th></tr><tr><td>Cell</td></tr></table>
+<div onclick="this.textContent = 'div clicked'" id="clickable">Click this div</div>
+<button id="doomed" onclick="this.remove()">Remove me</button>
+<div contenteditable="true">Editable</div>
+</main>
+<script>
+const r = document.getElementById('host').attachShadow({mode: 'open'});
+r.innerHTML = '<button onclick="this.textContent = \'shadow clicked\'">In the shadow</button><slot></slot>';
+document.getElementById('host').innerHTML = '<span>Slotted text</span>';
+</script>
+</body></html>`))
 	var many strings.Builder
 	many.WriteString(`<!doctype html><title>Many</title><body><h1>Many</h1>`)
 	for i := range 1000 {

@@ -21,32 +21,22 @@ type element struct {
 	id  runtime.RemoteObjectID
 }
 
-// resolve finds the node ref names in t's page, or answers
+// resolve finds the element ref names in t's page, in the registry the
+// snapshots keep in the driver's isolated world, or answers
 // CodeRefNotFound.
 func (d *Driver) resolve(ctx context.Context, t *tab, ref string) (element, error) {
 	n, err := parseRef("ref", ref, true)
 	if err != nil {
 		return element{}, err
 	}
-	res, err := cdp.Call(ctx, t.t, dom.ResolveNode, dom.ResolveNodeParams{BackendNodeID: cdp.BackendNodeID(n), ObjectGroup: objectGroup})
+	o, err := d.inWorld(ctx, t, fmt.Sprintf("berth.lookup(%d)", n), false)
 	if err != nil {
-		if isNoNode(err) {
-			return element{}, refNotFound(ref, "no such element in the page")
-		}
 		return element{}, err
 	}
-	if res.Object == nil || res.Object.ObjectID == "" {
-		return element{}, refNotFound(ref, "no such element in the page")
+	if o == nil || o.ObjectID == "" {
+		return element{}, refNotFound(ref, "no such element in the page (any more); take a new snapshot")
 	}
-	e := element{ref: ref, id: res.Object.ObjectID}
-	var connected bool
-	if err := d.callOn(ctx, t, e, `function() { return this.isConnected === true }`, &connected); err != nil {
-		return element{}, err
-	}
-	if !connected {
-		return element{}, refNotFound(ref, "the element is no longer in the page")
-	}
-	return e, nil
+	return element{ref: ref, id: o.ObjectID}, nil
 }
 
 // release frees the page objects the call resolved.

@@ -11,9 +11,11 @@
 // Driver. Both implement Tools and answer failures as *httpjson.Error with
 // one of the codes below, so callers map them the same way.
 //
-// Element references ("e" and a number) name DOM nodes by Chromium's own
-// backend node id: a reference stays valid for as long as the node lives in
-// the page, across calls and across processes, with no table kept here.
+// A snapshot is built inside the page, by a script in the Driver's isolated
+// world of the tab's main frame (snapshot.js), which also keeps the element
+// references ("e" and a number): a reference stays valid for as long as its
+// element is in the page and the Driver is connected; after a navigation,
+// or once the element left the page, it names nothing.
 package browser
 
 import (

@@ -2,16 +2,33 @@ package browser
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
-	"strconv"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
-	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 )
 
-// Snapshot implements Tools.
+// pageScript defines berth.snapshot and berth.lookup in the driver's
+// isolated world of a page: the snapshot is built inside the page, by one
+// walk of its DOM, and the registry of refs lives there too.
+//
+//go:embed snapshot.js
+var pageScript string
+
+// worldName names the driver's isolated world (DevTools shows it).
+const worldName = "berth"
+
+// Snapshot implements Tools. The tree is built by pageScript in an
+// isolated world of the tab's main frame (the page's own scripts cannot
+// see or change it), bounded there to limit bytes, so that no more than
+// the answer crosses the connection.
 func (d *Driver) Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, error) {
 	if err := validate(req); err != nil {
 		return Snapshot{}, err
@@ -22,177 +39,115 @@ func (d *Driver) Snapshot(ctx context.Context, req SnapshotRequest) (Snapshot, e
 	}
 	var s Snapshot
 	err := d.do(ctx, DefaultTimeout, "snapshot", func(ctx context.Context, t *tab) error {
-		if !t.axOn {
-			// With the domain on, the page keeps its accessibility tree
-			// between snapshots instead of building it for each.
-			if _, err := cdp.Call(ctx, t.t, accessibility.Enable, cdp.Empty{}); err != nil {
-				return err
-			}
-			t.axOn = true
-		}
 		start := time.Now()
-		res, err := cdp.Call(ctx, t.t, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
-		d.log.Debug("accessibility tree", "nodes", len(res.Nodes), "took", time.Since(start))
+		var r struct {
+			Tree      string `json:"tree"`
+			Truncated bool   `json:"truncated"`
+			Next      int64  `json:"next"`
+		}
+		res, err := d.inWorld(ctx, t, fmt.Sprintf("berth.snapshot(%d, %d)", limit, d.nextRef), true)
 		if err != nil {
 			return err
 		}
-		s.Tree, s.Nodes, s.Truncated = renderTree(res.Nodes, limit)
+		if res == nil || json.Unmarshal(res.Value, &r) != nil {
+			return errors.New("snapshot: the page script gave no tree")
+		}
+		d.log.Debug("snapshot", "bytes", len(r.Tree), "took", time.Since(start))
+		d.nextRef = max(d.nextRef, r.Next)
+		s.Tree, s.Truncated = r.Tree, r.Truncated
+		if len(s.Tree) > limit {
+			// The script counts as we do; this only keeps the bound if
+			// it ever did not.
+			s.Tree, s.Truncated = s.Tree[:strings.LastIndexByte(s.Tree[:limit], '\n')+1], true
+		}
+		s.Nodes = strings.Count(s.Tree, "\n")
 		s.BrowserPage, err = d.page(ctx, t)
 		return err
 	})
 	return s, err
 }
 
-// refRoles are the roles an agent acts on; their nodes carry a ref.
-var refRoles = map[string]bool{
-	"button": true, "checkbox": true, "combobox": true, "link": true, "listbox": true, "menuitem": true,
-	"menuitemcheckbox": true, "menuitemradio": true, "option": true, "radio": true, "searchbox": true,
-	"slider": true, "spinbutton": true, "switch": true, "tab": true, "textbox": true, "treeitem": true,
-	"textField": true, "searchBox": true, "comboBoxGrouping": true, "comboBoxMenuButton": true, "PopUpButton": true,
-	"MenuListPopup": true, "gridcell": true, "columnheader": true, "rowheader": true, "summary": true,
-	"DisclosureTriangle": true, "ListBoxOption": true, "MenuListOption": true,
-}
-
-// liftRoles have nothing to say by themselves: without a name they are
-// left out and their children lifted.
-var liftRoles = map[string]bool{
-	"": true, "generic": true, "none": true, "presentation": true, "GenericContainer": true, "Section": true,
-	"group": false, "LayoutTable": true, "LayoutTableRow": true, "LayoutTableCell": true, "Ignored": true,
-	"RootWebArea": true, "WebArea": true, "IframePresentational": true, "paragraph": true, "LabelText": true,
-	"div": true, "Div": true, "Canvas": false,
-}
-
-// skipRoles are left out with their subtrees.
-var skipRoles = map[string]bool{"InlineTextBox": true, "LineBreak": true}
-
-// The states a line shows, as [name] or [name=value].
-var stateProps = []string{"checked", "pressed", "selected", "expanded", "disabled", "required", "readonly", "invalid", "focused", "level"}
-
-// axValue is a property value as text: strings as they are, numbers and
-// booleans in JSON.
-func axValue(v *accessibility.Value) string {
-	if v == nil || len(v.Value) == 0 {
-		return ""
+// inWorld evaluates expr in the driver's isolated world of t's main frame,
+// by value or as an object of objectGroup. It makes the world (and
+// defines pageScript in it) when the tab has none yet or the document it
+// was made in is gone: refs given in an earlier document are then
+// unknown.
+func (d *Driver) inWorld(ctx context.Context, t *tab, expr string, byValue bool) (*runtime.RemoteObject, error) {
+	params := runtime.EvaluateParams{Expression: expr, ObjectGroup: objectGroup, ReturnByValue: ptr(byValue)}
+	if dl, ok := ctx.Deadline(); ok {
+		params.Timeout = runtime.TimeDelta(max(time.Until(dl).Milliseconds(), 1))
 	}
-	raw := []byte(v.Value)
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	}
-	return string(raw)
-}
-
-// renderTree writes the accessibility tree in the Snapshot format, at
-// most limit bytes (cut at a line's end).
-func renderTree(nodes []*accessibility.Node, limit int) (tree string, lines int, truncated bool) {
-	if len(nodes) == 0 {
-		return "", 0, false
-	}
-	byID := make(map[accessibility.NodeID]*accessibility.Node, len(nodes))
-	for _, n := range nodes {
-		byID[n.NodeID] = n
-	}
-	root := nodes[0]
-	for _, n := range nodes {
-		if n.ParentID == "" {
-			root = n
-			break
-		}
-	}
-	var b strings.Builder
-	b.Grow(min(limit, 64<<10))
-	var line []byte
-	full := false
-	// parentSays is what the nearest shown ancestor's line says (its
-	// name and value): text repeating it is left out.
-	var walk func(n *accessibility.Node, depth int, parentSays [2]string)
-	walk = func(n *accessibility.Node, depth int, parentSays [2]string) {
-		if full {
-			return
-		}
-		role := axValue(n.Role)
-		if skipRoles[role] {
-			return
-		}
-		name := strings.TrimSpace(axValue(n.Name))
-		show := !n.Ignored
-		if show && name == "" && liftRoles[role] {
-			show = false
-		}
-		if show && role == "StaticText" {
-			// Text a parent's name already says adds nothing.
-			show = name != "" && name != parentSays[0] && name != parentSays[1]
-		}
-		if show && role == "RootWebArea" {
-			show = false
-		}
-		childDepth, childParent := depth, parentSays
-		if show {
-			line = appendLine(line[:0], n, role, name, depth)
-			if b.Len()+len(line) > limit {
-				full = true
-				return
-			}
-			b.Write(line)
-			lines++
-			childDepth, childParent = depth+1, [2]string{name, strings.TrimSpace(axValue(n.Value))}
-		}
-		for _, id := range n.ChildIDs {
-			if c := byID[id]; c != nil {
-				walk(c, childDepth, childParent)
+	for attempt := 0; ; attempt++ {
+		if t.world == "" {
+			if err := d.makeWorld(ctx, t); err != nil {
+				return nil, err
 			}
 		}
-	}
-	walk(root, 0, [2]string{})
-	return b.String(), lines, full
-}
-
-func appendLine(line []byte, n *accessibility.Node, role, name string, depth int) []byte {
-	for range depth {
-		line = append(line, "  "...)
-	}
-	line = append(line, "- "...)
-	if role == "StaticText" {
-		role = "text"
-	}
-	line = append(line, role...)
-	if name != "" {
-		line = append(line, ' ')
-		line = strconv.AppendQuote(line, truncate(name, 300))
-	}
-	var states []byte
-	focusable := false
-	for _, p := range n.Properties {
-		pn := string(p.Name)
-		if pn == "focusable" && axValue(p.Value) == "true" {
-			focusable = true
-			continue
-		}
-		for _, s := range stateProps {
-			if pn != s {
+		params.UniqueContextID = t.world
+		res, err := cdp.Call(ctx, t.t, runtime.Evaluate, params)
+		if err != nil {
+			if isNoContext(err) && attempt == 0 {
+				t.world = ""
 				continue
 			}
-			v := axValue(p.Value)
-			switch {
-			case v == "false" || v == "":
-			case v == "true":
-				states = append(states, " ["+s+"]"...)
-			default:
-				states = append(states, " ["+s+"="+v+"]"...)
+			return nil, err
+		}
+		if res.ExceptionDetails != nil {
+			return nil, fmt.Errorf("page script failed: %s", exceptionText(res.ExceptionDetails))
+		}
+		return res.Result, nil
+	}
+}
+
+// makeWorld makes the driver's isolated world in t's current document and
+// defines pageScript in it.
+func (d *Driver) makeWorld(ctx context.Context, t *tab) error {
+	// The world is named by its unique id: a context's plain id may be
+	// given again by another renderer process after a navigation.
+	evs, stop := t.t.Subscribe("Runtime.executionContextCreated")
+	defer stop()
+	res, err := cdp.Call(ctx, t.t, page.CreateIsolatedWorld, page.CreateIsolatedWorldParams{FrameID: cdp.FrameID(t.id), WorldName: worldName})
+	if err != nil {
+		return fmt.Errorf("make the page's isolated world: %w", err)
+	}
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	unique := ""
+	for unique == "" {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				return errors.New("make the page's isolated world: the tab closed")
 			}
+			var e struct {
+				Context struct {
+					ID       runtime.ExecutionContextID `json:"id"`
+					UniqueID string                     `json:"uniqueId"`
+				} `json:"context"`
+			}
+			if json.Unmarshal(ev, &e) == nil && e.Context.ID == res.ExecutionContextID {
+				unique = e.Context.UniqueID
+			}
+		case <-timer.C:
+			return errors.New("make the page's isolated world: the browser did not report it")
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	if n.BackendDOMNodeID != 0 && (refRoles[role] || focusable) {
-		line = append(line, " [ref=e"...)
-		line = strconv.AppendInt(line, int64(n.BackendDOMNodeID), 10)
-		line = append(line, ']')
+	def, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{Expression: pageScript, UniqueContextID: unique, ReturnByValue: ptr(true)})
+	if err != nil {
+		return fmt.Errorf("define the page script: %w", err)
 	}
-	line = append(line, states...)
-	if v := axValue(n.Value); v != "" && role != "text" {
-		line = append(line, " value="...)
-		line = strconv.AppendQuote(line, truncate(v, 300))
+	if def.ExceptionDetails != nil {
+		return fmt.Errorf("define the page script: %s", exceptionText(def.ExceptionDetails))
 	}
-	return append(line, '\n')
+	t.world = unique
+	return nil
+}
+
+// isNoContext tells an evaluation in a context that is gone (its document
+// was replaced).
+func isNoContext(err error) bool {
+	var ce *cdproto.Error
+	return errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Message), "cannot find context")
 }

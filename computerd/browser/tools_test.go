@@ -339,6 +339,84 @@ func TestTools(t *testing.T) {
 		}
 	})
 
+	t.Run("snapshot in the page", func(t *testing.T) {
+		if _, err := c.Navigate(ctx, NavigateRequest{URL: web.URL + "/rich"}); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := c.Snapshot(ctx, SnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`- navigation "Main"`, `  - heading "Café 世界" [level=2]`, `button "In the shadow" [ref=`, `text "Slotted text"`,
+			`text "back by visibility"`, `summary "More" [ref=`, `combobox "Colour" [ref=`, `value="Green"`, `option "Green" [ref=`,
+			`checkbox "Sure" [ref=`, `[checked]`, `textbox "Secret" [ref=`, `button "Send it" [ref=`, `img "A logo"`,
+			`columnheader "Head"`, `cell "Cell"`, `generic [ref=`} {
+			if !strings.Contains(snap.Tree, want) {
+				t.Fatalf("snapshot lacks %q:\n%s", want, snap.Tree)
+			}
+		}
+		// Hidden things are left out; the page's own berth is not ours.
+		for _, unwanted := range []string{"gone by", "folded text", "secret", "abc", "forged"} {
+			if strings.Contains(snap.Tree, unwanted) {
+				t.Fatalf("snapshot has %q:\n%s", unwanted, snap.Tree)
+			}
+		}
+		// Cut at a line's end, counting bytes of UTF-8 (the heading is
+		// not ASCII).
+		end := 0
+		for i := 0; i < 6; i++ {
+			end += strings.IndexByte(snap.Tree[end:], '\n') + 1
+			for _, limit := range []int{end - 1, end} {
+				cut, err := c.Snapshot(ctx, SnapshotRequest{MaxBytes: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := snap.Tree[:strings.LastIndexByte(snap.Tree[:limit], '\n')+1]
+				if cut.Tree != want || !cut.Truncated || cut.Nodes != strings.Count(want, "\n") {
+					t.Fatalf("maxBytes %d: %q (truncated %v, %d nodes), want %q", limit, cut.Tree, cut.Truncated, cut.Nodes, want)
+				}
+			}
+		}
+		text := func(expr string) string {
+			t.Helper()
+			ev, err := c.Evaluate(ctx, EvaluateRequest{Expression: expr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s string
+			json.Unmarshal(ev.Value, &s)
+			return s
+		}
+		shadow := refOf(t, snap.Tree, `button "In the shadow"`)
+		if _, err := c.Click(ctx, ClickRequest{Ref: shadow}); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(`document.getElementById('host').shadowRoot.querySelector('button').textContent`); got != "shadow clicked" {
+			t.Fatalf("the shadow button says %q", got)
+		}
+		if _, err := c.Click(ctx, ClickRequest{Ref: refOf(t, snap.Tree, `generic [ref=`)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(`document.getElementById('clickable').textContent`); got != "div clicked" {
+			t.Fatalf("the div says %q", got)
+		}
+		// An element keeps its ref while it is in the page, and its ref
+		// is not found once it left.
+		again, err := c.Snapshot(ctx, SnapshotRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := refOf(t, again.Tree, `button "shadow clicked"`); got != shadow {
+			t.Fatalf("the shadow button's ref went from %s to %s", shadow, got)
+		}
+		doomed := refOf(t, snap.Tree, `button "Remove me"`)
+		if _, err := c.Click(ctx, ClickRequest{Ref: doomed}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Click(ctx, ClickRequest{Ref: doomed})
+		wantCode(t, err, 404, CodeRefNotFound)
+	})
+
 	t.Run("crash", func(t *testing.T) {
 		pid := s.l.PID()
 		if pid == 0 {

@@ -214,7 +214,8 @@ func checkURL(field, raw string, required bool) error {
 
 var refPattern = regexp.MustCompile(`^e[1-9][0-9]{0,17}$`)
 
-// parseRef reads an element reference, "e" and Chromium's backend node id.
+// parseRef reads an element reference, "e" and the number a snapshot gave
+// the element.
 func parseRef(field, ref string, required bool) (int64, error) {
 	if ref == "" {
 		if required {
