@@ -267,3 +267,11 @@ func (c *Client) TerminalLink(ctx context.Context, agent string) (*TerminalLink,
 	}
 	return &out, nil
 }
+
+// ViewRequest is the optional body of POST
+// /v1/agents/{agent}/computer/view. With Terminal, the viewer page also
+// opens a terminal on the computer beside the screen, through a one-time
+// terminal link issued to the caller.
+type ViewRequest struct {
+	Terminal bool `json:"terminal,omitempty"`
+}

@@ -6,13 +6,18 @@ import (
 	"image/png"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/pion/turn/v5"
 
 	"github.com/berthdev/berth/internal/testkit"
@@ -360,6 +365,62 @@ pgrep -x openbox >/dev/null && echo wm`)
 		}
 		s.exec("lv", "xsetroot -solid '#ff0000'")
 		waitColour(t, bctx, [3]int{255, 0, 0}, 10*time.Second)
+	})
+
+	t.Run("terminal beside the screen", func(t *testing.T) {
+		var g liveview.Grant
+		s.must("POST", "/v1/agents/lv/computer/view", map[string]any{"terminal": true}, 201, &g)
+		if !strings.Contains(g.URL, "#terminal=") {
+			t.Fatalf("grant %+v: want a terminal link in the fragment", g)
+		}
+		if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
+			t.Fatal(err)
+		}
+		const frame = `document.getElementById("terminal")`
+		var page struct {
+			State, Hash, Title, Video string
+		}
+		if !testkit.Poll(30*time.Second, func() bool {
+			page, _ = chromedp.Run(bctx, chromedp.Evaluate[struct{ State, Hash, Title, Video string }](`(() => {
+				const f = `+frame+`;
+				const d = f && f.contentDocument;
+				return { State: d && d.getElementById("state") ? d.getElementById("state").textContent : "",
+				  Hash: location.hash, Title: f ? f.title : "", Video: document.getElementById("video").getAttribute("aria-label") || "" };
+			})()`))
+			return page.State == "connected"
+		}) {
+			t.Fatalf("the terminal beside the screen did not connect: %+v", page)
+		}
+		// The one-time link leaves the address bar; the panels are named.
+		if page.Hash != "" || page.Title == "" || page.Video == "" {
+			t.Errorf("page %+v: want no fragment left, a titled terminal frame and a labelled video", page)
+		}
+		if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](frame+`.contentDocument.querySelector(".xterm-helper-textarea").focus() || true`)); err != nil {
+			t.Fatal(err)
+		}
+		// Text as an input method gives it (a key event with text reaches
+		// xterm.js twice from the debugger), Enter as a key.
+		err := chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, input.InsertText, input.InsertTextParams{Text: "echo beside-$((6*7))"})
+			return err
+		}), chromedp.KeyEvent(kb.Enter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shown string
+		if !testkit.Poll(20*time.Second, func() bool {
+			shown, _ = chromedp.Run(bctx, chromedp.Evaluate[string](frame+`.contentDocument.querySelector(".xterm-rows").textContent`))
+			return strings.Contains(shown, "beside-42")
+		}) {
+			t.Fatalf("the terminal shows %q, want the command's output beside-42", shown)
+		}
+		// The screen still plays beside it.
+		waitView(t, bctx, 30*time.Second, func(v viewState) bool { return v.State == "connected" && v.FramesDecoded > 0 })
+		if shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot()); err == nil {
+			path := filepath.Join(t.ArtifactDir(), "viewer-with-terminal.png")
+			os.WriteFile(path, shot, 0o644)
+			t.Logf("the viewer page with its terminal: %s", path)
+		}
 	})
 
 	t.Run("idle stop", func(t *testing.T) {

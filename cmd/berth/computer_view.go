@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ type viewGrant struct {
 }
 
 func newComputerViewCmd() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "view",
 		Short: "Print a link that shows the agent's desktop live in a browser",
 		Long: `view asks the supervisor for a live-view link to the agent's running
@@ -35,8 +36,12 @@ desktop computer (connected with "image": "desktop") and prints it. The
 link carries a short-lived view token for this session only; the page
 renews it while it stays open. The computer's encoder starts now, so the
 page shows the screen at once. A desktop takes DESKTOP_USERS viewers at
-once; past that the supervisor answers desktop_busy.`,
-		Example: "  berth computer view --agent a1",
+once; past that the supervisor answers desktop_busy.
+
+With --terminal the page also opens a terminal on the computer beside the
+screen, as berth computer shell --link does: the link then lets whoever
+opens it type into the computer, once.`,
+		Example: "  berth computer view --agent a1\n  berth computer view --agent a1 --terminal",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := agentOf(cmd)
@@ -51,10 +56,13 @@ once; past that the supervisor answers desktop_busy.`,
 			if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return usagef("--url %q: want http://HOST:PORT or https://HOST", base)
 			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/v1/agents/"+url.PathEscape(agent)+"/computer/view", nil)
+			withTerm, _ := cmd.Flags().GetBool("terminal")
+			body, _ := json.Marshal(api.ViewRequest{Terminal: withTerm})
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodPost, base+"/v1/agents/"+url.PathEscape(agent)+"/computer/view", bytes.NewReader(body))
 			if err != nil {
 				return usageError{err}
 			}
+			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+token)
 			req.Header.Set("User-Agent", "berth/"+version)
 			resp, err := http.DefaultClient.Do(req)
@@ -92,4 +100,6 @@ once; past that the supervisor answers desktop_busy.`,
 			return nil
 		},
 	}
+	cmd.Flags().Bool("terminal", false, "open a terminal on the computer beside the screen")
+	return cmd
 }

@@ -453,16 +453,27 @@ func (h *Handler) view(w http.ResponseWriter, r *http.Request) (any, int, error)
 		return nil, 0, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable,
 			Message: "live view is off on this supervisor (set TURN_LISTEN, or run berth dev)"}
 	}
-	var none struct{}
-	if err := decodeOptional(w, r, &none); err != nil {
+	var req api.ViewRequest
+	if err := decodeOptional(w, r, &req); err != nil {
 		return nil, 0, err
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	g, err := h.Views.Issue(r.Context(), r.PathValue("agent"), scheme+"://"+r.Host)
-	return g, http.StatusCreated, err
+	agent := r.PathValue("agent")
+	g, err := h.Views.Issue(r.Context(), agent, scheme+"://"+r.Host)
+	if err != nil || !req.Terminal {
+		return g, http.StatusCreated, err
+	}
+	// The viewer page opens the terminal beside the screen from a
+	// one-time terminal link named in the fragment, which no server sees.
+	link, err := h.issueTerminalLink(r, agent)
+	if err != nil {
+		return nil, 0, err
+	}
+	g.URL += "#terminal=" + link
+	return g, http.StatusCreated, nil
 }
 
 // screenshot answers a PNG of the agent's desktop, for previews.

@@ -24,8 +24,9 @@ const (
 	terminalLinkTTL = 2 * time.Minute
 	// maxTerminalLinks bounds the links waiting in one process.
 	maxTerminalLinks = 1000
-	// terminalPageCSP keeps the page to its own files and websocket.
-	terminalPageCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'"
+	// terminalPageCSP keeps the page to its own files and websocket; only
+	// the supervisor's own pages (the viewer page) may frame it.
+	terminalPageCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'self'"
 )
 
 // terminalLinks are the issued, unused terminal links of this process.
@@ -88,26 +89,34 @@ func (h *Handler) terminalLink(w http.ResponseWriter, r *http.Request) (any, int
 	if err := decodeOptional(w, r, &none); err != nil {
 		return nil, 0, err
 	}
-	agent := r.PathValue("agent")
-	// Refuse now what the page would be refused: no agent, no computer.
-	st, err := h.svc.Status(r.Context(), agent)
+	token, err := h.issueTerminalLink(r, r.PathValue("agent"))
 	if err != nil {
-		return nil, 0, err
-	}
-	if st.Session == nil || st.Session.State != api.StateRunning {
-		return nil, 0, &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
-			Message: fmt.Sprintf("agent %q has no running computer; start it first", agent)}
-	}
-	token := rand.Text()
-	k := terminalLink{agent: agent, by: principal(r), expires: time.Now().Add(terminalLinkTTL)}
-	if err := h.links.put(token, k); err != nil {
 		return nil, 0, err
 	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return api.TerminalLink{URL: scheme + "://" + r.Host + "/terminal/s/" + token + "/", ExpiresAt: k.expires.UTC()}, http.StatusCreated, nil
+	return api.TerminalLink{URL: scheme + "://" + r.Host + "/terminal/s/" + token + "/", ExpiresAt: time.Now().Add(terminalLinkTTL).UTC()}, http.StatusCreated, nil
+}
+
+// issueTerminalLink makes a one-time terminal link's token for the
+// agent's running computer, on behalf of the caller of r.
+func (h *Handler) issueTerminalLink(r *http.Request, agent string) (string, error) {
+	// Refuse now what the page would be refused: no agent, no computer.
+	st, err := h.svc.Status(r.Context(), agent)
+	if err != nil {
+		return "", err
+	}
+	if st.Session == nil || st.Session.State != api.StateRunning {
+		return "", &supervisor.Error{Status: http.StatusConflict, Code: supervisor.CodeNoSession,
+			Message: fmt.Sprintf("agent %q has no running computer; start it first", agent)}
+	}
+	token := rand.Text()
+	if err := h.links.put(token, terminalLink{agent: agent, by: principal(r), expires: time.Now().Add(terminalLinkTTL)}); err != nil {
+		return "", err
+	}
+	return token, nil
 }
 
 func (h *Handler) terminalAsset(w http.ResponseWriter, r *http.Request) {
