@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/agent/control"
-	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/agent/lender"
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/testkit"
