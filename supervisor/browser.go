@@ -25,28 +25,53 @@ type hostedBrowsers struct {
 }
 
 // get returns the session's connection, dialling cdpURL when it has none
-// or lost it.
+// or lost it. The dial runs outside the lock, so one slow provider holds
+// up no other session; of two dials that race, the first kept wins.
 func (h *hostedBrowsers) get(ctx context.Context, session, cdpURL string, log *slog.Logger) (*browser.Driver, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if d := h.set[session]; d != nil {
-		select {
-		case <-d.Lost():
-			d.Close()
-		default:
-			return d, nil
-		}
+	if d := h.live(session); d != nil {
+		return d, nil
 	}
 	d, err := browser.Dial(ctx, cdpURL, browser.DriverOptions{Logger: log})
 	if err != nil {
-		delete(h.set, session)
 		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if kept := h.set[session]; kept != nil {
+		if !lost(kept) {
+			d.Close()
+			return kept, nil
+		}
+		kept.Close()
 	}
 	if h.set == nil {
 		h.set = map[string]*browser.Driver{}
 	}
 	h.set[session] = d
 	return d, nil
+}
+
+// live returns the session's connection unless it has none or lost it;
+// a lost one is closed and forgotten.
+func (h *hostedBrowsers) live(session string) *browser.Driver {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.set[session]
+	if d != nil && lost(d) {
+		d.Close()
+		delete(h.set, session)
+		return nil
+	}
+	return d
+}
+
+func lost(d *browser.Driver) bool {
+	select {
+	case <-d.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 // drop closes the session's connection, leaving the hosted browser as it

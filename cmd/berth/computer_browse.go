@@ -34,7 +34,7 @@ snapshot; act on its elements by the refs it prints (e12).`,
 			if err != nil {
 				return err
 			}
-			return browse(cmd, tool, in, func(p *api.BrowserPage) string { return page(p) })
+			return browse(cmd, tool, in, page)
 		}}
 	}
 

@@ -36,7 +36,7 @@ import (
 
 // CodeDesktopBusy is the 409 answered when a desktop already has as many
 // viewers as DesktopUsers allows.
-const CodeDesktopBusy = "desktop_busy"
+const CodeDesktopBusy = supervisor.CodeDesktopBusy
 
 // CodeNotDesktop is the 409 answered for a session without a screen.
 const CodeNotDesktop = "not_desktop"
