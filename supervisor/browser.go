@@ -106,7 +106,7 @@ func (s *Service) withBrowser(ctx context.Context, agent string, do func(browser
 		}
 		return browserError(x, do(d))
 	}
-	hc, h, err := s.transport(ctx, x)
+	hc, h, err := s.ComputerTransport(ctx, x)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ func (s *Service) desktopClient(ctx context.Context, agent string) (*desktop.Cli
 	if err := s.desktopSeat(ctx, x); err != nil {
 		return nil, x, err
 	}
-	hc, h, err := s.transport(ctx, x)
+	hc, h, err := s.ComputerTransport(ctx, x)
 	if err != nil {
 		return nil, x, err
 	}

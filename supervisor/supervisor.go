@@ -501,7 +501,7 @@ func (s *Service) provider(name string) (providers.Provider, error) {
 
 // client returns a computerd client for a running session.
 func (s *Service) client(ctx context.Context, x store.Session) (*computerd.Client, error) {
-	hc, h, err := s.transport(ctx, x)
+	hc, h, err := s.ComputerTransport(ctx, x)
 	if err != nil {
 		return nil, err
 	}
@@ -513,9 +513,11 @@ func (s *Service) client(ctx context.Context, x store.Session) (*computerd.Clien
 	return computerd.NewClient(x.Endpoint, s.cfg.Tokens.Derive(token.Computer, x.ComputerID), opts...), nil
 }
 
-// transport returns the HTTP client and the headers that reach the
-// session's computerd.
-func (s *Service) transport(ctx context.Context, x store.Session) (*http.Client, http.Header, error) {
+// ComputerTransport returns the client and headers that reach session x's
+// computerd: straight, or through its provider's transport with the
+// connection's credentials (a lent machine's relay link, a tunnel, a
+// hosted sandbox's proxy). Live view signals through it.
+func (s *Service) ComputerTransport(ctx context.Context, x store.Session) (*http.Client, http.Header, error) {
 	p, err := s.provider(x.Provider)
 	if err != nil {
 		return nil, nil, err

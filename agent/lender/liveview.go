@@ -1,7 +1,6 @@
 package lender
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,10 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/berthdev/berth/agent/turnfwd"
 	"github.com/berthdev/berth/egress"
-
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 )
@@ -71,10 +69,10 @@ func (l *core) liveViewEnv(ctx context.Context, r lending.CreateRequest, env map
 		l.log.Warn("could not forward TURN for a desktop computer; no live view", "computer", r.ComputerID, "err", err)
 		return env
 	}
-	env[envTURNHost], env[envTURNPort] = f.host, strconv.Itoa(f.port)
+	env[envTURNHost], env[envTURNPort] = f.Host(), strconv.Itoa(f.Port())
 	if l.cfg.OpenTURN != nil {
-		if err := l.cfg.OpenTURN(ctx, f.port); err != nil {
-			l.log.Warn("could not open the TURN forwarder's port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", f.port, "err", err)
+		if err := l.cfg.OpenTURN(ctx, f.Port()); err != nil {
+			l.log.Warn("could not open the TURN forwarder's port to computers in the host firewall; live view of this computer may fail", "computer", r.ComputerID, "port", f.Port(), "err", err)
 		}
 	}
 	return env
@@ -104,22 +102,14 @@ func (l *core) turnTarget(port int) (netip.AddrPort, error) {
 
 func (l *core) resolveTURNRelay() (netip.Addr, int, error) {
 	if hp := l.cfg.TURNRelay; hp != "" {
-		host, ps, err := net.SplitHostPort(hp)
-		port, perr := strconv.Atoi(ps)
-		if err != nil || perr != nil || port < 1 || port > 65535 || host == "" {
-			return netip.Addr{}, 0, fmt.Errorf("TURN relay %q: want host:port", hp)
-		}
-		a, err := resolveOne(host)
-		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("TURN relay %q: %w", hp, err)
-		}
-		return a, port, nil
+		a, err := turnfwd.ParseRelay(hp)
+		return a.Addr(), int(a.Port()), err
 	}
 	u, err := url.Parse(l.cfg.Pairing.URL)
 	if err != nil || u.Hostname() == "" {
 		return netip.Addr{}, 0, errors.New("not paired with a supervisor URL, and no --turn-relay")
 	}
-	a, err := resolveOne(u.Hostname())
+	a, err := turnfwd.ResolveOne(u.Hostname())
 	if err != nil {
 		return netip.Addr{}, 0, fmt.Errorf("the paired supervisor's host %s: %w", u.Hostname(), err)
 	}
@@ -128,25 +118,6 @@ func (l *core) resolveTURNRelay() (netip.Addr, int, error) {
 			"name its TURN relay with --turn-relay HOST:PORT", u.Hostname(), a)
 	}
 	return a, 0, nil
-}
-
-// resolveOne resolves host to one address, IPv4 first, within 10 seconds.
-func resolveOne(host string) (netip.Addr, error) {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	as, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil || len(as) == 0 {
-		return netip.Addr{}, fmt.Errorf("resolve %s: %w", host, cmp.Or(err, errors.New("no address")))
-	}
-	for _, a := range as {
-		if a.Unmap().Is4() {
-			return a.Unmap(), nil
-		}
-	}
-	return as[0], nil
 }
 
 // ownAddress reports whether a is one of this machine's addresses; a list

@@ -59,17 +59,14 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 	if f == nil {
 		t.Fatal("no TURN forwarder for the desktop computer")
 	}
-	f.mu.Lock()
-	target := f.target
-	f.mu.Unlock()
-	if target != "127.0.0.1:3478" {
+	if target := f.Target(); target != "127.0.0.1:3478" {
 		t.Errorf("the forwarder connects to %s, want the owner's 127.0.0.1:3478", target)
 	}
 	mu.Lock()
 	got := slices.Clone(opened)
 	mu.Unlock()
-	if !slices.Equal(got, []int{f.port}) || f.port == 22 {
-		t.Errorf("TURN ports opened: %v, want only the forwarder's %d", got, f.port)
+	if !slices.Equal(got, []int{f.Port()}) || f.Port() == 22 {
+		t.Errorf("TURN ports opened: %v, want only the forwarder's %d", got, f.Port())
 	}
 
 	viewURL := func(id string) string {
@@ -106,7 +103,7 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 		}
 		return strings.TrimSpace(x.Stdout)
 	}
-	if got, want := env(desk.ComputerID, tok), net.JoinHostPort(f.host, strconv.Itoa(f.port)); got != want {
+	if got, want := env(desk.ComputerID, tok), net.JoinHostPort(f.Host(), strconv.Itoa(f.Port())); got != want {
 		t.Errorf("the desktop's TURN relay: %q, want the forwarder %q", got, want)
 	}
 	if got := env(head.ComputerID, headTok); got != ":" {

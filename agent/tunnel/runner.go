@@ -59,6 +59,7 @@ type runner struct {
 	// (egress.ProxyVars) set for the runner's egress proxy, or removed.
 	proxyEnv func(computerID string, env map[string]string) map[string]string
 	egress   *egressRun // nil: no egress proxy
+	turn     *turnRun   // nil: no live view
 
 	ctx    context.Context // ends when the run ends
 	cancel context.CancelFunc
@@ -108,7 +109,7 @@ func (r *runner) start(ctx context.Context, env map[string]string) (*computer, e
 		AgentID:    "tunnel",
 		Image:      r.image,
 		TokenHash:  token.Hash(r.tok),
-		Env:        r.proxyEnv(id, env),
+		Env:        r.turn.env(r.proxyEnv(id, env)),
 		Lease:      lease,
 	}
 	m, err := r.d.Create(ctx, spec)
@@ -145,6 +146,7 @@ func (r *runner) close() (machine string, err error) {
 	r.op.Unlock()
 	r.wg.Wait()
 	defer r.stopEgress()
+	defer r.turn.close(r.log)
 	r.op.Lock()
 	defer r.op.Unlock()
 	c, _ := r.current()
@@ -244,7 +246,7 @@ func (r *runner) serveClaim(w http.ResponseWriter, ctx context.Context, in ptunn
 			"the runner's computer is in use by another session: a tunnel runner serves one session at a time, and is free again once that session stops")
 		return
 	}
-	env := egress.WithoutProxyEnv(in.Env)
+	env := withoutTURNEnv(egress.WithoutProxyEnv(in.Env))
 	if c == nil || !maps.Equal(c.env, env) {
 		if c != nil {
 			if err := r.destroy(ctx, c.machine); err != nil {

@@ -86,6 +86,13 @@ type Options struct {
 	GuardHost func(ctx context.Context, egressPort int) error
 	// Egress configures the computers' egress proxy.
 	Egress EgressOptions
+	// TURNRelay is the supervisor's TURN relay, HOST:PORT, that a desktop
+	// computer's live view goes through (--turn-relay); empty is no live
+	// view. The runner forwards a port on docker0 to it (liveview.go).
+	TURNRelay string
+	// TURNForwardHost is where the forwarder listens; empty is the
+	// docker0 address.
+	TURNForwardHost string
 	// LookPath finds cloudflared; nil means exec.LookPath.
 	LookPath func(string) (string, error)
 	// Out receives the messages for the person running the command; nil
@@ -108,6 +115,9 @@ type Info struct {
 	// Egress is the egress proxy's address as the computer reaches it;
 	// empty without one.
 	Egress string
+	// TURN is the TURN forwarder's address as a desktop computer reaches
+	// it; empty without live view.
+	TURN string
 }
 
 // Connection is the content of the connection file.
@@ -223,6 +233,7 @@ func Run(ctx context.Context, opts Options) error {
 	if r.egress != nil {
 		info.Egress = r.egress.addr
 	}
+	info.TURN = r.turn.addr()
 	tunnelDone := make(chan error, 1)
 	switch bin, lerr := opts.LookPath(Cloudflared); {
 	case opts.URL != "":
@@ -307,6 +318,7 @@ func startRunner(ctx context.Context, opts Options, tok string, log *slog.Logger
 	if guard == nil {
 		guard = d.GuardHost
 	}
+	guarded := false
 	if err := guard(ctx, eg.port()); err != nil {
 		if !opts.Unguarded {
 			eg.close()
@@ -315,11 +327,19 @@ func startRunner(ctx context.Context, opts Options, tok string, log *slog.Logger
 				"Run as root with iptables and ip6tables installed, or pass --unguarded to run it anyway", err)
 		}
 		log.Error("UNGUARDED: the computer can reach every service this host listens on (--unguarded)", "err", err)
-	} else if opts.GuardHost == nil && eg.port() != 0 {
-		eg.unguard = func(ctx context.Context) error { return docker.UnguardPort(ctx, eg.port()) }
+	} else if opts.GuardHost == nil {
+		guarded = true
+		if eg.port() != 0 {
+			eg.unguard = func(ctx context.Context) error { return docker.UnguardPort(ctx, eg.port()) }
+		}
 	}
 	r := newRunner(ctx, d, tok, opts.Image, time.Now().Add(opts.Lifetime), log)
 	if err := r.serveEgress(eg, opts.Egress); err != nil {
+		r.close()
+		d.Close()
+		return nil, err
+	}
+	if r.turn, err = startTURN(ctx, opts, guarded, log); err != nil {
 		r.close()
 		d.Close()
 		return nil, err

@@ -37,9 +37,16 @@ readable only by you) is what a supervisor's "tunnel" connection takes. The
 token grants command access to the computer. A supervisor holds the computer
 for one session at a time; when the session ends the computer is destroyed
 and a fresh one started, so every session starts empty. When the lifetime
-ends, or on Ctrl-C, the file is removed and the computer destroyed.`,
+ends, or on Ctrl-C, the file is removed and the computer destroyed.
+
+With --image desktop the computer has a screen. Its live view goes through
+the supervisor's TURN relay, named with --turn-relay HOST:PORT: the computer
+reaches only this machine, so the command forwards a port on the docker0
+address to that relay and nothing else. A relay a supervisor names is never
+used; without --turn-relay the desktop runs without live view.`,
 		Example: `  berth agent tunnel --connection-file ~/berth-tunnel.json
-  berth agent tunnel --lifetime 3600 --connection-file conn.json --url https://computer.example.com --port 7443`,
+  berth agent tunnel --lifetime 3600 --connection-file conn.json --url https://computer.example.com --port 7443
+  berth agent tunnel --connection-file conn.json --image desktop --turn-relay berth.example.com:3478`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if lifetime < int(tunnel.MinLifetime/time.Second) || lifetime > int(tunnel.MaxLifetime/time.Second) {
@@ -52,6 +59,14 @@ ends, or on Ctrl-C, the file is removed and the computer destroyed.`,
 			if e := opts.Egress.Listen; e != "" && e != "off" {
 				if _, _, err := net.SplitHostPort(e); err != nil {
 					return usagef("--egress %q: want HOST:PORT, :PORT or off", e)
+				}
+			}
+			if opts.Image != providers.ImageHeadless && opts.Image != providers.ImageDesktop {
+				return usagef("--image %q: want %s or %s", opts.Image, providers.ImageHeadless, providers.ImageDesktop)
+			}
+			if opts.TURNRelay != "" {
+				if h, p, err := net.SplitHostPort(opts.TURNRelay); err != nil || h == "" || p == "" {
+					return usagef("--turn-relay %q: want HOST:PORT", opts.TURNRelay)
 				}
 			}
 			d, err := docker.OptionsFromConfig(providers.Config{Getenv: os.Getenv})
@@ -73,6 +88,8 @@ ends, or on Ctrl-C, the file is removed and the computer destroyed.`,
 	f.StringVar(&opts.URL, "url", "", "a named tunnel's URL routed to --port (no quick tunnel is started)")
 	f.IntVar(&opts.Port, "port", 0, "the loopback port to serve the computer on (default: any free port)")
 	f.StringVar(&opts.Egress.Listen, "egress", "", "where the computer's egress proxy listens: HOST:PORT, :PORT on the docker0 address, or off for no way out (default: any free port on docker0)")
+	f.StringVar(&opts.Image, "image", providers.ImageHeadless, "the computer's image: headless, or desktop for a screen")
+	f.StringVar(&opts.TURNRelay, "turn-relay", "", "the supervisor's TURN relay, HOST:PORT, for live view of a desktop computer")
 	cmd.MarkFlagRequired("connection-file")
 	return cmd
 }

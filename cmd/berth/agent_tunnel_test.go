@@ -16,6 +16,8 @@ func TestAgentTunnelUsage(t *testing.T) {
 		{"agent", "tunnel", "--connection-file", file, "--port", "70000"},
 		{"agent", "tunnel", "--connection-file", file, "extra"},
 		{"agent", "tunnel", "--connection-file", file, "--egress", "docker0"},
+		{"agent", "tunnel", "--connection-file", file, "--image", "gpu"},
+		{"agent", "tunnel", "--connection-file", file, "--image", "desktop", "--turn-relay", "berth.example.com"},
 	} {
 		r := run(t, "", args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "agent tunnel --help") {

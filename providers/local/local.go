@@ -391,13 +391,6 @@ func (l *Local) Transport(m providers.Machine, _ map[string]string) http.RoundTr
 	return l.o.Relay.Transport(id)
 }
 
-// DesktopTransport is the transport live view signals a lent computer's
-// computerd through (supervisor/liveview): the relay link to its lender,
-// as for every other computerd call; it needs no credentials.
-func (l *Local) DesktopTransport(m providers.Machine) http.RoundTripper {
-	return l.Transport(m, nil)
-}
-
 type failing struct{ err error }
 
 func (f failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }

@@ -153,7 +153,7 @@ func (d *Daemon) startLiveView(h *apiserver.Handler, tokens *token.Deriver) erro
 	}
 	o := d.opts.LiveView
 	lv, err := liveview.New(liveview.Config{
-		Store: d.Store, Tokens: tokens, Providers: d.Providers,
+		Store: d.Store, Tokens: tokens, Transport: d.Service.ComputerTransport,
 		TURNSecret: d.turnSecret, ViewerTURN: d.viewerTURN,
 		DesktopUsers: o.DesktopUsers, PublicURL: o.PublicURL, Logger: d.log,
 	})

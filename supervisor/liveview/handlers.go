@@ -132,7 +132,12 @@ func (m *Manager) offer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a, err := m.desktopClient(x).Offer(r.Context(), desktop.OfferRequest{
+	dc, err := m.desktopClient(r.Context(), x)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a, err := dc.Offer(r.Context(), desktop.OfferRequest{
 		SDP: req.SDP, Codec: req.Codec, Viewer: viewer,
 		ICEServers: []desktop.ICEServer{{Username: c.Username, Credential: c.Password}},
 	})

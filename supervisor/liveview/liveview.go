@@ -51,10 +51,15 @@ const (
 
 // Config wires a Manager.
 type Config struct {
-	Store     store.Store
-	Tokens    *token.Deriver
-	Providers map[string]providers.Provider
-	// HTTPClient reaches computerd (default: a client with its own pool).
+	Store  store.Store
+	Tokens *token.Deriver
+	// Transport returns the client and headers that reach a session's
+	// computerd: straight, or through its provider's transport with the
+	// connection's credentials (the Service's ComputerTransport). Nil
+	// reaches every computerd straight with HTTPClient.
+	Transport func(ctx context.Context, x store.Session) (*http.Client, http.Header, error)
+	// HTTPClient reaches computerd when Transport is nil (default: a
+	// client with its own pool).
 	HTTPClient *http.Client
 	// TURNSecret is TURN_SECRET, shared with the TURN server.
 	TURNSecret []byte
@@ -211,7 +216,11 @@ func (m *Manager) Screenshot(ctx context.Context, agent string) ([]byte, error) 
 	if err := m.viewable(x); err != nil {
 		return nil, err
 	}
-	png, err := m.desktopClient(x).Screenshot(ctx)
+	c, err := m.desktopClient(ctx, x)
+	if err != nil {
+		return nil, err
+	}
+	png, err := c.Screenshot(ctx)
 	if err != nil {
 		m.log.Warn("screenshot", "session", x.ID, "err", err)
 		return nil, &supervisor.Error{Status: http.StatusBadGateway, Code: supervisor.CodeProvider, Message: "the computer did not answer with a screenshot; retrying may help"}
@@ -234,38 +243,24 @@ func (m *Manager) viewable(x store.Session) error {
 		return &supervisor.Error{Status: http.StatusConflict, Code: CodeNotDesktop,
 			Message: fmt.Sprintf("session %s runs the %q image, which has no screen; connect with \"image\": \"desktop\" for live view", x.ID, x.Image)}
 	}
-	if p, ok := m.cfg.Providers[x.Provider]; ok {
-		_, relayed := p.(providers.Transporter)
-		if _, lent := p.(DesktopTransporter); relayed && !lent {
-			return &supervisor.Error{Status: http.StatusConflict, Code: CodeNotDesktop,
-				Message: fmt.Sprintf("live view is not offered for computers of the %s provider yet", x.Provider)}
-		}
-	}
 	return nil
 }
 
-// DesktopTransporter is a provider whose computers live view signals
-// through a transport of its own that needs no connection credentials:
-// the local provider, whose transport is the relay link to the lender's
-// agent. Other Transporters (tunnels, hosted sandboxes) answer
-// not_desktop.
-type DesktopTransporter interface {
-	DesktopTransport(m providers.Machine) http.RoundTripper
-}
-
 // desktopClient reaches the session's computerd with the computer's token,
-// straight or through its provider's transport.
-func (m *Manager) desktopClient(x store.Session) *desktop.Client {
-	var h http.Header
-	if x.Header != "" {
-		json.Unmarshal([]byte(x.Header), &h)
+// through Config.Transport.
+func (m *Manager) desktopClient(ctx context.Context, x store.Session) (*desktop.Client, error) {
+	if m.cfg.Transport == nil {
+		var h http.Header
+		if x.Header != "" {
+			json.Unmarshal([]byte(x.Header), &h)
+		}
+		return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), m.cfg.HTTPClient, h), nil
 	}
-	hc := m.cfg.HTTPClient
-	if p, ok := m.cfg.Providers[x.Provider].(DesktopTransporter); ok {
-		t := p.DesktopTransport(providers.Machine{ID: x.MachineID, Endpoint: x.Endpoint, Header: h})
-		hc = &http.Client{Transport: t}
+	hc, h, err := m.cfg.Transport(ctx, x)
+	if err != nil {
+		return nil, err
 	}
-	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), hc, h)
+	return desktop.NewClient(x.Endpoint, m.cfg.Tokens.Derive(token.Computer, x.ComputerID), hc, h), nil
 }
 
 // owner serves a desktop session's owner link (lending.OwnerViewKey): it
@@ -311,7 +306,11 @@ func (m *Manager) owner(w http.ResponseWriter, r *http.Request) {
 func (m *Manager) warm(x store.Session) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := m.desktopClient(x).Warm(ctx, desktop.WarmRequest{}); err != nil {
+	c, err := m.desktopClient(ctx, x)
+	if err == nil {
+		_, err = c.Warm(ctx, desktop.WarmRequest{})
+	}
+	if err != nil {
 		m.log.Warn("warm the encoder", "session", x.ID, "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -137,11 +138,12 @@ func newFixture(t *testing.T, users int) *fixture {
 	return newFixtureWith(t, users, nil)
 }
 
-// newFixtureWith is newFixture with providers by id. Its store holds the
+// newFixtureWith is newFixture with a transport to computers (nil:
+// straight). Its store holds the
 // desktop sessions s1 (of agent a1) and s2 (a2), and the headless s3 (a3).
-func newFixtureWith(t *testing.T, users int, provs map[string]providers.Provider) *fixture {
+func newFixtureWith(t *testing.T, users int, tr transportFunc) *fixture {
 	t.Helper()
-	f := newFixtureOn(t, users, provs, openSQLite(t))
+	f := newFixtureOn(t, users, tr, openSQLite(t))
 	for _, x := range []store.Session{
 		{ID: "s1", AgentID: "a1", ComputerID: "c1", Image: providers.ImageDesktop},
 		{ID: "s2", AgentID: "a2", ComputerID: "c2", Image: providers.ImageDesktop},
@@ -155,7 +157,7 @@ func newFixtureWith(t *testing.T, users int, provs map[string]providers.Provider
 
 // newFixtureOn is a supervisor's live view on st, which may be shared
 // with other fixtures; it adds no sessions.
-func newFixtureOn(t *testing.T, users int, provs map[string]providers.Provider, st store.Store) *fixture {
+func newFixtureOn(t *testing.T, users int, tr transportFunc, st store.Store) *fixture {
 	t.Helper()
 	toks, err := token.NewDeriver([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
@@ -165,7 +167,7 @@ func newFixtureOn(t *testing.T, users int, provs map[string]providers.Provider, 
 	f := &fixture{clk: clock.NewFake(now), toks: toks, start: now, st: st}
 	f.comp = newComputer(t, toks.Derive(token.Computer, "c1"))
 	f.m, err = liveview.New(liveview.Config{
-		Store: f.st, Tokens: toks, Providers: provs, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
+		Store: f.st, Tokens: toks, Transport: tr, TURNSecret: []byte(turnSecret), ViewerTURN: []string{"turn:192.0.2.1:3478?transport=udp"},
 		DesktopUsers: users, TokenTTL: time.Minute, Clock: f.clk,
 	})
 	if err != nil {
@@ -413,59 +415,81 @@ func TestOwnerLink(t *testing.T) {
 	}
 }
 
-// lent stands for the local provider: its computers' endpoints name the
-// lender, and its transport reaches them (here: the test computer).
-type lent struct {
-	providers.Provider
-	to string // the computer's real address
+type transportFunc = func(ctx context.Context, x store.Session) (*http.Client, http.Header, error)
+
+// relayed stands for a provider's transport (a lender's relay link, a
+// tunnel, a hosted sandbox's proxy): the computers' endpoints resolve
+// nowhere, and only the transport reaches the test computer. Like the
+// tunnel provider's, it puts the connection's key in place of the
+// supervisor's token.
+type relayed struct {
+	to  string // the computer's real address
+	key string // the connection's key, sent as the bearer token
+	mu  sync.Mutex
+	got []string // the sessions it carried a call for
 }
 
-func (p *lent) Transport(providers.Machine, map[string]string) http.RoundTripper { return p }
-func (p *lent) DesktopTransport(providers.Machine) http.RoundTripper             { return p }
-func (p *lent) RoundTrip(r *http.Request) (*http.Response, error) {
+func (p *relayed) transport(_ context.Context, x store.Session) (*http.Client, http.Header, error) {
+	if x.Provider != "tunnel" {
+		return nil, nil, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable,
+			Message: fmt.Sprintf("provider %q is not configured on this supervisor", x.Provider)}
+	}
+	p.mu.Lock()
+	p.got = append(p.got, x.ID)
+	p.mu.Unlock()
+	return &http.Client{Transport: p}, nil, nil
+}
+
+func (p *relayed) RoundTrip(r *http.Request) (*http.Response, error) {
 	u, _ := url.Parse(p.to)
 	r = r.Clone(r.Context())
 	r.URL.Scheme, r.URL.Host = u.Scheme, u.Host
-	r.URL.Path = strings.TrimPrefix(r.URL.Path, "/v1/computers/c4/computerd")
+	r.Header.Set("Authorization", "Bearer "+p.key)
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// tunnelled is a Transporter that live view cannot signal through.
-type tunnelled struct{ providers.Provider }
-
-func (tunnelled) Transport(providers.Machine, map[string]string) http.RoundTripper {
-	return http.DefaultTransport
-}
-
-// TestLentDesktop: a session of a provider with a desktop transport (a
-// lent machine) is signalled through that transport, with the computer's
-// token; one of another relayed provider is not_desktop.
-func TestLentDesktop(t *testing.T) {
-	p := &lent{}
-	f := newFixtureWith(t, 2, map[string]providers.Provider{"local": p, "tunnel": tunnelled{}})
-	addSession(t, f.st, store.Session{ID: "s4", AgentID: "a4", ComputerID: "c4", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "local",
-		MachineID: "cp_1/berth-c4", Endpoint: "http://lender/v1/computers/c4/computerd", ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
+// TestRelayedDesktop: a desktop session of a provider with a transport of
+// its own (a lent machine, a tunnel, a hosted sandbox) is signalled
+// through Config.Transport, which carries the connection's credentials; a
+// transport that fails is the signalling's error, and nothing reaches the
+// computer.
+func TestRelayedDesktop(t *testing.T) {
+	p := &relayed{key: "connection-key-0123"}
+	f := newFixtureWith(t, 2, p.transport)
 	addSession(t, f.st, store.Session{ID: "s5", AgentID: "a5", ComputerID: "c5", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "tunnel",
-		Endpoint: f.comp.srv.URL, ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
-	f.comp = newComputer(t, f.toks.Derive(token.Computer, "c4"))
+		MachineID: "tunnel-1", Endpoint: "http://runner.invalid", ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
+	addSession(t, f.st, store.Session{ID: "s6", AgentID: "a6", ComputerID: "c6", State: store.StateRunning, Image: providers.ImageDesktop, Provider: "gone",
+		Endpoint: "http://runner.invalid", ExpiresAt: f.start.Add(10 * time.Minute)}, f.start)
+	f.comp = newComputer(t, p.key)
 	p.to = f.comp.srv.URL
 
-	g := f.issue(t, "a4")
-	st, body := f.post(t, "s4", "offer", g.Token, `{"sdp":"v=0 offer"}`)
+	g := f.issue(t, "a5")
+	st, body := f.post(t, "s5", "offer", g.Token, `{"sdp":"v=0 offer"}`)
 	if st != 200 || !strings.Contains(body, "v=0 answer") {
-		t.Fatalf("offer to a lent desktop: %d %s", st, body)
+		t.Fatalf("offer to a tunnelled desktop: %d %s", st, body)
 	}
-	// The endpoint's host ("lender") resolves nowhere: only the provider's
-	// transport reaches the computer, which checked c4's token.
 	f.comp.mu.Lock()
 	n := len(f.comp.offers)
 	f.comp.mu.Unlock()
 	if n != 1 {
-		t.Errorf("offers at the lent computer: %d, want 1", n)
+		t.Errorf("offers at the tunnelled computer: %d, want 1", n)
 	}
-	_, err := f.m.Issue(context.Background(), "a5", f.srv.URL)
-	if e := supervisor.AsError(err); e.Status != 409 || e.Code != liveview.CodeNotDesktop {
-		t.Errorf("a tunnelled desktop: %+v, want 409 not_desktop", e)
+	p.mu.Lock()
+	got := slices.Clone(p.got)
+	p.mu.Unlock()
+	if !slices.Contains(got, "s5") {
+		t.Errorf("sessions carried by the transport: %v, want s5", got)
+	}
+
+	g6 := f.issue(t, "a6")
+	if st, body := f.post(t, "s6", "offer", g6.Token, `{"sdp":"v=0 offer"}`); st != http.StatusServiceUnavailable || !strings.Contains(body, `provider \"gone\"`) {
+		t.Errorf("offer through a failing transport: %d %s, want 503 naming the provider", st, body)
+	}
+	f.comp.mu.Lock()
+	n = len(f.comp.offers)
+	f.comp.mu.Unlock()
+	if n != 1 {
+		t.Errorf("offers at the computer after a failing transport: %d, want still 1", n)
 	}
 }
 
