@@ -49,6 +49,8 @@ type Supervisor struct {
 	Token   string
 	Service *supervisor.Service
 	Store   store.Store
+	// Tokens derives the computers' tokens, as the Service does.
+	Tokens *token.Deriver
 	// Fake is the fake provider, nil when Options.Providers replaced it.
 	Fake *fake.Provider
 }
@@ -67,7 +69,7 @@ func Start(t testing.TB, o Options) *Supervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Supervisor{Token: o.Token, Store: st}
+	s := &Supervisor{Token: o.Token, Store: st, Tokens: tokens}
 	if s.Token == "" {
 		s.Token = DefaultToken
 	}

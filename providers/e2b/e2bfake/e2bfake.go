@@ -40,6 +40,7 @@ package e2bfake
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"sort"
@@ -49,6 +50,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/providers/internal/fakeapi"
 )
 
@@ -91,6 +93,11 @@ type Fake struct {
 	Key string
 	// Templates are the template ids it knows.
 	Templates map[string]bool
+	// Screens maps a template built from the desktop image to the X
+	// display its sandboxes' desktop runs on (an Xvfb the test started);
+	// their computerd serves it, as the image's does. Set it before the
+	// first create.
+	Screens map[string]string
 
 	edge      *fakeapi.Edge
 	dir       string
@@ -233,7 +240,15 @@ func (f *Fake) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "a sandbox without public access needs secure envd access: send secure true")
 		return
 	}
-	c, err := fakeapi.StartComputer(f.dir, req.EnvVars[computerd.EnvTokenHash], req.EnvVars)
+	env := req.EnvVars
+	if display := f.Screens[name]; display != "" {
+		env = maps.Clone(env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[desktop.EnvDesktop], env["DISPLAY"] = "1", display
+	}
+	c, err := fakeapi.StartComputer(f.dir, req.EnvVars[computerd.EnvTokenHash], env)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "sandbox failed to start")
 		return

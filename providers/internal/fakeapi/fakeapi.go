@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthdev/berth/computerd/desktop"
 	"github.com/berthdev/berth/computerd/server"
 )
 
@@ -256,12 +257,16 @@ type Computer struct {
 	Env  map[string]string
 	srv  *http.Server
 	home string
+	desk *desktop.Desktop // nil without a screen
 }
 
 // StartComputer starts a computerd whose home is a fresh folder under
 // dir, accepting only the token that hashes to tokenHash, whose commands
 // see env as their environment (as a hosted machine's processes see the
-// variables it was created with).
+// variables it was created with). When env has BERTH_DESKTOP=1 and a
+// DISPLAY, as a machine made from a desktop image has, computerd also
+// serves that X display's desktop (screenshots, the desktop tools and live
+// view), as it does in the image.
 func StartComputer(dir, tokenHash string, env map[string]string) (*Computer, error) {
 	home, err := os.MkdirTemp(dir, "machine-")
 	if err != nil {
@@ -272,8 +277,20 @@ func StartComputer(dir, tokenHash string, env map[string]string) (*Computer, err
 		os.RemoveAll(home)
 		return nil, err
 	}
-	h := server.New(server.Config{TokenHash: tokenHash, Home: home, Version: "fakeapi", Env: env})
-	c := &Computer{URL: "http://" + ln.Addr().String(), Env: env, home: home,
+	cfg := server.Config{TokenHash: tokenHash, Home: home, Version: "fakeapi", Env: env}
+	var desk *desktop.Desktop
+	if env[desktop.EnvDesktop] == "1" && env["DISPLAY"] != "" {
+		dc, err := desktop.ConfigFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			ln.Close()
+			os.RemoveAll(home)
+			return nil, err
+		}
+		desk = desktop.New(dc)
+		cfg.Desktop = desk
+	}
+	h := server.New(cfg)
+	c := &Computer{URL: "http://" + ln.Addr().String(), Env: env, home: home, desk: desk,
 		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
 	go c.srv.Serve(ln)
 	return c, nil
@@ -285,6 +302,9 @@ func (c *Computer) Close() {
 		return
 	}
 	c.srv.Close()
+	if c.desk != nil {
+		c.desk.Close()
+	}
 	os.RemoveAll(c.home)
 }
 
