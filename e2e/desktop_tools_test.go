@@ -178,6 +178,53 @@ nohup xterm -u8 -T typer -geometry 80x5+400+300 -e sh -c 'read -r l; printf %s "
 	}
 	t.Logf("final screenshot: %s", path)
 
+	// The browser tools on the desktop: the agent's Chromium opens on the
+	// screen, so the page it drives is the page the screenshot shows.
+	if x := s.exec(agent, `mkdir -p /tmp/site && cat > /tmp/site/index.html <<'EOF'
+<!doctype html><title>Desk page</title>
+<style>html,body{margin:0;height:100%;background:#12ab34}</style>
+<h1>On the desktop</h1><button onclick="document.querySelector('h1').textContent='Clicked on the desktop'">Change</button>
+EOF
+nohup python3 -m http.server 8011 --bind 127.0.0.1 -d /tmp/site >/dev/null 2>&1 &`); x.ExitCode != 0 {
+		t.Fatalf("serve a page: %+v", x)
+	}
+	testkit.Eventually(t, 10*time.Second, "the page server", func() bool {
+		return s.exec(agent, "curl -s --noproxy '*' http://127.0.0.1:8011/ | grep -q Desk").ExitCode == 0
+	})
+	call("browser_navigate", map[string]any{"url": "http://127.0.0.1:8011/"})
+	snap := texts(call("browser_snapshot", nil))
+	ref := regexp.MustCompile(`button "Change".*?\[ref=(e\d+)\]`).FindStringSubmatch(snap)
+	if !strings.Contains(snap, `heading "On the desktop"`) || ref == nil {
+		t.Fatalf("browser_snapshot on the desktop: %s", snap)
+	}
+	call("browser_click", map[string]any{"ref": ref[1]})
+	if snap := texts(call("browser_snapshot", nil)); !strings.Contains(snap, `heading "Clicked on the desktop"`) {
+		t.Fatalf("after browser_click: %s", snap)
+	}
+	var green float64
+	testkit.Eventually(t, 15*time.Second, "the browser's page on the screen", func() bool {
+		pic, err := png.Decode(bytes.NewReader(imageOf(t, call("computer_screenshot", map[string]any{"width": 320}))))
+		if err != nil {
+			t.Fatalf("decode the screenshot: %v", err)
+		}
+		n, all := 0, 0
+		for y := pic.Bounds().Min.Y; y < pic.Bounds().Max.Y; y += 2 {
+			for x := pic.Bounds().Min.X; x < pic.Bounds().Max.X; x += 2 {
+				r, g, b, _ := pic.At(x, y).RGBA()
+				if near([]int{int(r >> 8), int(g >> 8), int(b >> 8)}, [3]int{0x12, 0xab, 0x34}) {
+					n++
+				}
+				all++
+			}
+		}
+		green = float64(n) / float64(all)
+		return green > 0.2
+	})
+	t.Logf("the page's colour covers %.0f%% of the screen", green*100)
+	if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "desktop-browser.png"), imageOf(t, call("computer_screenshot", nil)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	// REST: bad input is a 400 naming the field, and the next call works.
 	var e struct {
 		Error struct{ Code, Message string }
