@@ -17,11 +17,13 @@ import (
 )
 
 // Pooler is a provider that can keep computers started ahead of time: the
-// warm pool (the docker provider, WARM_POOL_SIZE). Each waits unbound until
-// a start claims it and binds it to its session.
+// warm pool (the docker provider, WARM_POOL_MIN to WARM_POOL_MAX). Each
+// waits unbound until a start claims it and binds it to its session.
 type Pooler interface {
-	// PoolSize is how many computers to keep waiting; 0 turns the pool off.
-	PoolSize() int
+	// PoolRange is how many computers to keep waiting: at least lo, and
+	// up to hi as the starts seen ask (warmpool.Pool.Size); hi 0 turns
+	// the pool off.
+	PoolRange() (lo, hi int)
 	// CreatePooled starts a headless computer that waits for the holder of
 	// the bind secret whose hex SHA-256 is bindHash.
 	CreatePooled(ctx context.Context, spec providers.Spec, bindHash string) (providers.Machine, error)
@@ -109,12 +111,14 @@ func (w *Pool) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
 // newWarmPool is the warm pool of provider id: its members wait in the
 // store until a start claims one there.
 func (w *Pool) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember] {
-	return warmpool.New(warmpool.Config[store.PoolMember]{
+	var wp *warmpool.Pool[store.PoolMember]
+	wp = warmpool.New(warmpool.Config[store.PoolMember]{
 		Clock: w.clk, Logger: w.log.With("provider", id), Locker: &w.mu, MaxWait: providers.PoolMaxWait,
-		Ready:   func() bool { return pl.PoolSize() > 0 },
+		Ready:   func() bool { _, hi := pl.PoolRange(); return hi > 0 },
 		MemInfo: pl.MemInfo,
-		Target: func(time.Time, warmpool.Stats) (int, int) {
-			return pl.PoolSize(), warmpool.Unlimited
+		Target: func(now time.Time, _ warmpool.Stats) (int, int) {
+			lo, hi := pl.PoolRange()
+			return wp.Size(now, lo, hi), warmpool.Unlimited
 		},
 		Create: func(ctx context.Context) (store.PoolMember, error) { return w.create(ctx, id, pl) },
 		Accept: func(m store.PoolMember, _ warmpool.Stats) warmpool.Verdict {
@@ -127,6 +131,7 @@ func (w *Pool) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember
 		ID:     func(m store.PoolMember) string { return m.ComputerID },
 		Made:   func(m store.PoolMember) time.Time { return m.CreatedAt },
 	})
+	return wp
 }
 
 // poke asks every warm pool for a pass.
@@ -168,10 +173,24 @@ func (w *Pool) Stats() PoolStats {
 // instance when c's provider keeps a warm pool of c's image.
 func (w *Pool) owner(c store.Connection) string {
 	pl, ok := w.providers[c.Provider].(Pooler)
-	if !ok || pl.PoolSize() <= 0 || (c.Image != "" && c.Image != providers.ImageHeadless) {
+	if !ok || poolOff(pl) || (c.Image != "" && c.Image != providers.ImageHeadless) {
 		return ""
 	}
 	return w.instance
+}
+
+// poolOff reports whether pl keeps no warm pool.
+func poolOff(pl Pooler) bool {
+	_, hi := pl.PoolRange()
+	return hi <= 0
+}
+
+// wanted counts a start that a warm pool of provider could have served
+// toward that pool's demand.
+func (w *Pool) wanted(provider string) {
+	if p := w.warmPools()[provider]; p != nil {
+		p.Wanted()
+	}
 }
 
 // forget removes the pool record of a destroyed computer, if it was one.
@@ -362,7 +381,7 @@ func (w *Pool) collect(ctx context.Context) {
 		}
 	}
 	for id, p := range w.providers {
-		if pl, ok := p.(Pooler); !ok || pl.PoolSize() <= 0 {
+		if pl, ok := p.(Pooler); !ok || poolOff(pl) {
 			continue
 		}
 		ms, err := w.machines(ctx, id)

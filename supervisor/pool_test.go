@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,6 +35,7 @@ func testContext(t *testing.T) context.Context {
 type pooler struct {
 	t          *testing.T
 	size       int
+	max        int // 0: size
 	brokenBind bool
 
 	mu        sync.Mutex
@@ -84,7 +86,7 @@ func (p *pooler) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-func (p *pooler) PoolSize() int                    { return p.size }
+func (p *pooler) PoolRange() (int, int)            { return p.size, max(p.size, p.max) }
 func (p *pooler) UsesSupervisorEgress() bool       { return true }
 func (p *pooler) MemInfo() (uint64, uint64, error) { return 50, 100, nil }
 
@@ -225,5 +227,85 @@ func TestPoolBindFailure(t *testing.T) {
 	}
 	if _, err := svc.Stop(ctx, "a1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPoolFollowsDemand: a pool of 1 to 8 meets a burst of 8 concurrent
+// starts with its one computer (most of the rest start cold), grows to the burst
+// before the next one, which then starts entirely from the pool; no
+// computer is given to two sessions, in the store's records as in the
+// sessions.
+func TestPoolFollowsDemand(t *testing.T) {
+	p := &pooler{size: 1, max: 8}
+	svc, st := poolEnv(t, p)
+	ctx := testContext(t)
+	agents := []string{"a1"}
+	for i := 2; i <= 8; i++ {
+		a := fmt.Sprintf("a%d", i)
+		if _, err := svc.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: a, Name: a}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Connect(ctx, supervisor.ConnectRequest{Agent: a}); err != nil {
+			t.Fatal(err)
+		}
+		agents = append(agents, a)
+	}
+	waitPool(t, svc, 1)
+	burst := func() map[string]store.Session {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, len(agents))
+		for _, a := range agents {
+			wg.Go(func() {
+				if _, err := svc.Start(ctx, a); err != nil {
+					errs <- fmt.Errorf("start %s: %w", a, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		got := map[string]store.Session{}
+		machines := map[string]string{}
+		for _, a := range agents {
+			x, err := st.LiveSession(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other, ok := machines[x.MachineID]; ok {
+				t.Fatalf("machine %s given to %s and %s", x.MachineID, other, a)
+			}
+			machines[x.MachineID] = a
+			got[a] = x
+		}
+		return got
+	}
+	burst()
+	// The pool's one computer and any it refilled during the burst were
+	// claimed; the rest started cold.
+	cold := p.colds()
+	if fromPool := svc.PoolStats().Claimed; cold < 1 || int(fromPool)+cold != len(agents) {
+		t.Fatalf("first burst: %d cold starts and %d from the pool, want at least 1 cold and %d in all", cold, fromPool, len(agents))
+	}
+	for _, a := range agents {
+		if _, err := svc.Stop(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPool(t, svc, 8)
+	sessions := burst()
+	if c := p.colds(); c != cold {
+		t.Fatalf("second burst: %d cold starts in all, want still %d: every start from the pool", c, cold)
+	}
+	for a, x := range sessions {
+		m, err := st.GetPoolMember(ctx, x.ComputerID)
+		if err != nil || m.State != store.PoolClaimed || m.SessionID != x.ID {
+			t.Errorf("%s: pool record %+v %v, want claimed by session %s", a, m, err, x.ID)
+		}
+	}
+	if got := svc.PoolStats().Claimed; int(got) != 2*len(agents)-cold {
+		t.Errorf("claimed %d from the pool, want %d", got, 2*len(agents)-cold)
 	}
 }

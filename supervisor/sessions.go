@@ -104,7 +104,7 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
 	}
 	if r.PoolOwner != "" {
-		s.pool.poke() // refill behind this start
+		s.pool.wanted(x.Provider) // counts toward the pool's size, and refills behind this start
 	}
 	if x.MachineID != "" {
 		// The reservation claimed a computer of the warm pool.

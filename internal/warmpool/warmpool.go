@@ -120,6 +120,7 @@ type Pool[M any] struct {
 	began    uint64        // passes begun
 	passed   chan struct{} // closed and replaced when a pass ends
 	ended    uint64        // passes ended
+	demand   demand        // claims and create times (demand.go)
 }
 
 // New returns an empty pool; Run fills it.
@@ -260,6 +261,7 @@ func (p *Pool[M]) pass(ctx context.Context) {
 // meanwhile or Accept says otherwise.
 func (p *Pool[M]) create(ctx context.Context, gen uint64) {
 	defer p.Poke()
+	began := p.clk.Now()
 	m, err := p.cfg.Create(ctx)
 	p.mu.Lock()
 	p.creating--
@@ -273,6 +275,7 @@ func (p *Pool[M]) create(ctx context.Context, gen uint64) {
 		return
 	}
 	p.failWait = 0
+	p.demand.created(p.clk.Now().Sub(began))
 	v := Discard
 	if gen == p.gen {
 		v = Keep
@@ -359,11 +362,13 @@ func (p *Pool[M]) Members() []M {
 
 // Claim takes the member that waited longest out of the pool, and counts
 // the claim. It returns false when none waits, or when that one waited its
-// longest (the next pass replaces it).
+// longest (the next pass replaces it). Either way the call counts toward
+// the pool's demand (Size).
 func (p *Pool[M]) Claim() (M, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.Poke()
+	p.demand.claimed(p.clk.Now())
 	m, ok := p.oldest()
 	if !ok || p.old(m, p.clk.Now()) {
 		var zero M
@@ -382,6 +387,16 @@ func (p *Pool[M]) Claimed(id string) {
 	defer p.mu.Unlock()
 	delete(p.waiting, id)
 	p.claimed++
+	p.Poke()
+}
+
+// Wanted counts a start that could have used a member, whether or not
+// one was there, toward the pool's demand (Size), for a user whose claims
+// happen elsewhere (the supervisor claims members in its store).
+func (p *Pool[M]) Wanted() {
+	p.mu.Lock()
+	p.demand.claimed(p.clk.Now())
+	p.mu.Unlock()
 	p.Poke()
 }
 

@@ -31,10 +31,13 @@ type rig struct {
 	clk  *clock.Fake
 	p    *warmpool.Pool[member]
 	size atomic.Int64
-	room atomic.Int64
-	free atomic.Int64 // percent of memory available
-	fail atomic.Bool
-	gate chan struct{}
+	// lo and hi, when hi is set, size the pool to its demand
+	// (Pool.Size) instead of size.
+	lo, hi atomic.Int64
+	room   atomic.Int64
+	free   atomic.Int64 // percent of memory available
+	fail   atomic.Bool
+	gate   chan struct{}
 
 	mu      sync.Mutex
 	made    int
@@ -51,10 +54,13 @@ func newRig(t *testing.T, size int, gate chan struct{}, setup ...func(*rig)) *ri
 	r.p = warmpool.New(warmpool.Config[member]{
 		Clock: r.clk, MaxWait: 30 * time.Minute,
 		MemInfo: func() (uint64, uint64, error) { return uint64(r.free.Load()), 100, nil },
-		Target: func(_ time.Time, st warmpool.Stats) (int, int) {
+		Target: func(now time.Time, st warmpool.Stats) (int, int) {
 			room := int(r.room.Load())
 			if room != warmpool.Unlimited {
 				room -= st.Waiting + st.Creating + st.Removing
+			}
+			if hi := int(r.hi.Load()); hi > 0 {
+				return r.p.Size(now, int(r.lo.Load()), hi), room
 			}
 			return int(r.size.Load()), room
 		},
@@ -307,5 +313,77 @@ func TestMakeRoom(t *testing.T) {
 	}
 	if st := r.p.Stats(); st.Waiting+st.Removing > limit {
 		t.Fatalf("after making room: %+v", st)
+	}
+}
+
+// TestSizeFollowsDemand scripts bursts of starts on the fake clock: the
+// pool grows to the last burst before the next one comes, which then
+// finds a member for every start; it never holds more than its maximum,
+// grows only while memory allows, and shrinks to its minimum once the
+// bursts are older than DemandWindow.
+func TestSizeFollowsDemand(t *testing.T) {
+	r := newRig(t, 0, nil, func(r *rig) { r.lo.Store(1); r.hi.Store(20) })
+	if st := r.settle(); st.Waiting != 1 {
+		t.Fatalf("quiet pool: %+v, want its minimum, 1", st)
+	}
+	burst := func(n int) (hits int) {
+		ids := map[string]bool{}
+		for range n {
+			if m, ok := r.p.Claim(); ok {
+				if ids[m.id] {
+					t.Fatalf("member %s claimed twice", m.id)
+				}
+				ids[m.id] = true
+				hits++
+			}
+		}
+		return hits
+	}
+	if hits := burst(12); hits != 1 {
+		t.Fatalf("first burst: %d members claimed, want the 1 waiting", hits)
+	}
+	if st := r.settle(); st.Waiting != 12 {
+		t.Fatalf("after a burst of 12: %+v, want 12 waiting", st)
+	}
+	r.clk.Advance(time.Minute)
+	if hits := burst(12); hits != 12 {
+		t.Fatalf("second burst a minute later: %d of 12 starts found a member", hits)
+	}
+	if st := r.settle(); st.Waiting != 12 {
+		t.Fatalf("after the second burst: %+v, want 12 waiting", st)
+	}
+	// A burst past the maximum: the pool stops at it.
+	r.clk.Advance(time.Minute)
+	burst(50)
+	if st := r.settle(); st.Waiting != 20 {
+		t.Fatalf("after a burst of 50: %+v, want the maximum, 20", st)
+	}
+	// Memory low: a burst empties the pool, which does not grow back
+	// until memory is available again.
+	r.free.Store(warmpool.GrowFreePercent - 1)
+	r.clk.Advance(time.Minute)
+	burst(20)
+	if st := r.settle(); st.Waiting != 0 {
+		t.Fatalf("memory low: %+v, want no growth", st)
+	}
+	r.free.Store(50)
+	if st := r.settle(); st.Waiting != 20 {
+		t.Fatalf("memory back: %+v, want 20 waiting", st)
+	}
+	// Idle past the window: back to the minimum, the oldest removed.
+	removed := len(r.removedIDs())
+	r.clk.Advance(warmpool.DemandWindow + time.Second)
+	if st := r.settle(); st.Waiting != 1 {
+		t.Fatalf("idle for %v: %+v, want the minimum, 1", warmpool.DemandWindow, st)
+	}
+	if got := len(r.removedIDs()) - removed; got != 19 {
+		t.Errorf("idle pool removed %d members, want 19", got)
+	}
+	// lo equal to hi is a fixed size, whatever the demand.
+	r.lo.Store(4)
+	r.hi.Store(4)
+	burst(30)
+	if st := r.settle(); st.Waiting != 4 {
+		t.Fatalf("fixed size 4 after a burst: %+v", st)
 	}
 }

@@ -32,6 +32,8 @@ const (
 	SettingJoinContainers = "DOCKER_JOIN_CONTAINERS"
 	SettingNetworkPool    = "COMPUTER_NETWORK_POOL"
 	SettingWarmPool       = "WARM_POOL_SIZE"
+	SettingWarmPoolMin    = "WARM_POOL_MIN"
+	SettingWarmPoolMax    = "WARM_POOL_MAX"
 	SettingSubnets        = "COMPUTER_SUBNETS"
 	SettingGrace          = "COMPUTER_GRACE_SECONDS"
 	SettingDiskMB         = "COMPUTER_DISK_MB"
@@ -112,8 +114,13 @@ type Options struct {
 	// at start). See netpool.go.
 	NetworkPool int
 	// WarmPool is how many started headless computers wait, unbound, for
-	// a session (WARM_POOL_SIZE, 0 to 1000, default 0). See pool.go.
+	// a session, at least (WARM_POOL_SIZE, also named WARM_POOL_MIN; 0 to
+	// 1000, default 0). See pool.go.
 	WarmPool int
+	// WarmPoolMax is how many may wait when the starts seen ask for more
+	// (WARM_POOL_MAX, WarmPool to 1000; 0 or WarmPool: a fixed size). The
+	// pool follows demand between the two (warmpool.Pool.Size).
+	WarmPoolMax int
 	// Subnets is the IPv4 range computer networks take their subnets from
 	// (COMPUTER_SUBNETS); the zero value picks one of
 	// DefaultSubnetCandidates. See subnets.go.
@@ -178,7 +185,22 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
+	if cfg.Get(SettingWarmPoolMin, "") != "" {
+		lo, err := intSetting(cfg, SettingWarmPoolMin, 0, 0, MaxWarmPool, "computers")
+		if err != nil {
+			return Options{}, err
+		}
+		if cfg.Get(SettingWarmPool, "") != "" && lo != warm {
+			return Options{}, fmt.Errorf("%s=%d and %s=%d disagree: they name the same setting; set one", SettingWarmPoolMin, lo, SettingWarmPool, warm)
+		}
+		warm = lo
+	}
 	o.WarmPool = int(warm)
+	hi, err := intSetting(cfg, SettingWarmPoolMax, warm, warm, MaxWarmPool, "computers, at least "+SettingWarmPool)
+	if err != nil {
+		return Options{}, err
+	}
+	o.WarmPoolMax = int(hi)
 	if v := strings.TrimSpace(cfg.Get(SettingSubnets, "")); v != "" {
 		if o.Subnets, err = netip.ParsePrefix(v); err != nil {
 			return Options{}, fmt.Errorf("%s=%q is not a range: want an IPv4 CIDR from /%d to /%d, e.g. %s", SettingSubnets, v, MinSubnetBits, MaxSubnetBits, DefaultSubnetCandidates[0])
@@ -306,6 +328,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.WarmPool < 0 || o.WarmPool > MaxWarmPool {
 		return Options{}, rangeError(SettingWarmPool, strconv.Itoa(o.WarmPool), 0, MaxWarmPool, "computers")
+	}
+	if o.WarmPoolMax != 0 && (o.WarmPoolMax < o.WarmPool || o.WarmPoolMax > MaxWarmPool) {
+		return Options{}, rangeError(SettingWarmPoolMax, strconv.Itoa(o.WarmPoolMax), int64(o.WarmPool), MaxWarmPool, "computers, at least "+SettingWarmPool)
 	}
 	if o.Subnets.IsValid() {
 		if !o.Subnets.Addr().Is4() || o.Subnets.Bits() < MinSubnetBits || o.Subnets.Bits() > MaxSubnetBits {

@@ -30,9 +30,11 @@ import (
 // agent label: labels cannot change after a container is made, so the
 // store records which session claimed which computer.
 
-// PoolSize is how many computers the warm pool keeps waiting
-// (WARM_POOL_SIZE).
-func (d *Docker) PoolSize() int { return d.opts.WarmPool }
+// PoolRange is how many computers the warm pool keeps waiting: at least
+// WARM_POOL_SIZE (or WARM_POOL_MIN), up to WARM_POOL_MAX as demand asks.
+func (d *Docker) PoolRange() (lo, hi int) {
+	return d.opts.WarmPool, max(d.opts.WarmPoolMax, d.opts.WarmPool)
+}
 
 // CreatePooled starts a headless computer that waits unbound for the
 // holder of the bind secret whose hex SHA-256 is bindHash. spec names the

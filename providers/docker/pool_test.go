@@ -44,6 +44,41 @@ func TestWarmPoolSetting(t *testing.T) {
 	if _, err := (Options{WarmPool: 5000}).withDefaults(); err == nil || !strings.Contains(err.Error(), SettingWarmPool) {
 		t.Errorf("Options.WarmPool 5000: %v", err)
 	}
+	if _, err := (Options{WarmPool: 5, WarmPoolMax: 3}).withDefaults(); err == nil || !strings.Contains(err.Error(), SettingWarmPoolMax) {
+		t.Errorf("Options.WarmPoolMax under WarmPool: %v", err)
+	}
+
+	// The range the pool follows demand within.
+	for _, c := range []struct {
+		set    map[string]string
+		lo, hi int
+		err    string // in the error; empty: none
+	}{
+		{set: map[string]string{SettingWarmPool: "3"}, lo: 3, hi: 3},
+		{set: map[string]string{SettingWarmPoolMin: "2", SettingWarmPoolMax: "40"}, lo: 2, hi: 40},
+		{set: map[string]string{SettingWarmPool: "2", SettingWarmPoolMin: "2", SettingWarmPoolMax: "40"}, lo: 2, hi: 40},
+		{set: map[string]string{SettingWarmPoolMax: "10"}, lo: 0, hi: 10},
+		{set: map[string]string{SettingWarmPool: "2", SettingWarmPoolMin: "4"}, err: "disagree"},
+		{set: map[string]string{SettingWarmPool: "5", SettingWarmPoolMax: "4"}, err: SettingWarmPoolMax + "=4 is out of range: want 5 to 1000"},
+		{set: map[string]string{SettingWarmPoolMax: "1001"}, err: SettingWarmPoolMax + "=1001 is out of range"},
+		{set: map[string]string{SettingWarmPoolMin: "x"}, err: SettingWarmPoolMin + `="x" is not a whole number`},
+	} {
+		o, err := OptionsFromConfig(env(c.set))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: %v, want an error with %q", c.set, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", c.set, err)
+			continue
+		}
+		d := &Docker{opts: o}
+		if lo, hi := d.PoolRange(); lo != c.lo || hi != c.hi {
+			t.Errorf("%v: pool range %d..%d, want %d..%d", c.set, lo, hi, c.lo, c.hi)
+		}
+	}
 }
 
 // TestCreatePooled: a pool computer is hardened like any other, labelled as
