@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,14 +17,17 @@ import (
 
 	"github.com/berthdev/berth/supervisor/supervisortest"
 
+	"github.com/chromedp/chromedp"
 	"github.com/moby/moby/client"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/daemon"
+	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -551,5 +556,114 @@ func TestWarmPoolAfterCrash(t *testing.T) {
 	if left := deploymentObjects(t, dep); left != "" {
 		t.Errorf("left on the engine: %s", left)
 		cleanupDeployment(t, dep)
+	}
+}
+
+var _ supervisor.Pooler = (*docker.Docker)(nil)
+
+// TestWarmPoolDesktop: with WARM_POOL_DESKTOP a desktop computer waits
+// started; a desktop start claims it, and its screen works at once: a
+// screenshot of the whole screen, and live view through the TURN relay,
+// whose address the pooled computer had from the start.
+func TestWarmPoolDesktop(t *testing.T) {
+	requireDocker(t, desktopImage)
+	requireChromium(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, _ := serveDaemon(t, daemon.Options{
+		Egress:   daemon.EgressOptions{Listen: ":0"},
+		LiveView: daemon.LiveViewOptions{Listen: ":0", DesktopUsers: 2, IdleStopMS: idleStopMS, Secret: "e2e-turn-secret-0123456789"},
+	}, map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1",
+		"WARM_POOL_DESKTOP": "1"})
+	testkit.EventuallyContext(t, ctx, "a desktop computer waiting in the pool", func() bool { return s.d.Service.PoolStats().Waiting == 1 })
+
+	s.must("POST", "/v1/agents", map[string]any{"id": "wd", "name": "wd"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "wd", "provider": "docker", "image": "desktop", "leaseSeconds": 600}, 201, nil)
+	began := time.Now()
+	var sess session
+	s.must("POST", "/v1/agents/wd/computer/start", nil, 200, &sess)
+	t.Cleanup(func() { s.call("POST", "/v1/agents/wd/computer/stop", nil, nil) })
+	cl, err := api.New(s.url, s.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot, err := cl.DesktopScreenshot(ctx, "wd", api.ScreenshotRequest{Format: "png"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("warm desktop start to its first screenshot: %v", time.Since(began).Round(time.Millisecond))
+	x := s.liveSession("wd")
+	if m, err := s.d.Store.GetPoolMember(ctx, x.ComputerID); err != nil || m.State != store.PoolClaimed || m.SessionID != x.ID || m.Image != "desktop" {
+		t.Fatalf("the start did not claim the pooled desktop: %+v %v", m, err)
+	}
+	if img, err := png.Decode(bytes.NewReader(shot.Data)); err != nil || img.Bounds().Dx() != 1280 || img.Bounds().Dy() != 720 {
+		t.Fatalf("screenshot of the pooled desktop: %v %v", err, shot.ScreenWidth)
+	}
+	// The bind gave commands the session's environment (the egress proxy
+	// with the computer's own credentials).
+	if out := s.exec("wd", `printf %s "$HTTP_PROXY"`).Stdout; !strings.HasPrefix(out, "http://"+x.ComputerID+":") {
+		t.Errorf("HTTP_PROXY in the pooled desktop: %q", out)
+	}
+	var g liveview.Grant
+	s.must("POST", "/v1/agents/wd/computer/view", nil, 201, &g)
+	bctx := browser(t, ctx)
+	if err := chromedp.Do(bctx, chromedp.Navigate(g.URL)); err != nil {
+		t.Fatal(err)
+	}
+	v := waitView(t, bctx, 30*time.Second, func(v viewState) bool { return v.FramesDecoded > 0 && v.LocalCandidateType != "" })
+	if v.LocalCandidateType != "relay" || v.Width != 1280 {
+		t.Errorf("live view of the pooled desktop: %+v", v)
+	}
+	// The pool refills behind the start.
+	testkit.EventuallyContext(t, ctx, "the desktop pool refilled", func() bool { return s.d.Service.PoolStats().Waiting == 1 })
+}
+
+// BenchmarkDesktopWarmStart times a desktop start from the warm pool
+// (WARM_POOL_DESKTOP=1) until its first full-screen screenshot answers,
+// against a cold desktop start to its first screenshot on a supervisor
+// without a pool, in the same run.
+func BenchmarkDesktopWarmStart(b *testing.B) {
+	requireDocker(b, desktopImage)
+	warm, _ := serveDaemon(b, daemon.Options{
+		Egress: daemon.EgressOptions{Listen: ":0"},
+		Logger: slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1", "WARM_POOL_DESKTOP": "1"})
+	cold := startDesktopSupervisor(b)
+	for _, s := range []*super{warm, cold} {
+		s.must("POST", "/v1/agents", map[string]any{"id": "bd", "name": "bd"}, 201, nil)
+		s.must("POST", "/v1/computers", map[string]any{"agent": "bd", "provider": "docker", "image": "desktop", "leaseSeconds": 600}, 201, nil)
+	}
+	timed := func(s *super, pooled bool) func() time.Duration {
+		cl, err := api.New(s.url, s.token)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() time.Duration {
+			if pooled {
+				testkit.Eventually(b, 2*time.Minute, "a desktop waiting in the pool", func() bool { return s.d.Service.PoolStats().Waiting >= 1 })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			began := time.Now()
+			s.must("POST", "/v1/agents/bd/computer/start", nil, 200, nil)
+			var shot *api.Screenshot
+			for {
+				if shot, err = cl.DesktopScreenshot(ctx, "bd", api.ScreenshotRequest{Format: "png"}); err == nil || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond) // a cold desktop's X server may still be starting
+			}
+			d := time.Since(began)
+			if err != nil || shot.Width != 1280 {
+				b.Fatalf("first screenshot: %v", err)
+			}
+			s.must("POST", "/v1/agents/bd/computer/stop", nil, 200, nil)
+			return d
+		}
+	}
+	claimed := warm.d.Service.PoolStats().Claimed
+	pairedRuns(b, "warm-desktop-start-to-screenshot-ms", timed(warm, true), "base-cold-desktop-start-to-screenshot-ms", timed(cold, false))
+	if got := warm.d.Service.PoolStats().Claimed - claimed; got != int64(b.N) {
+		b.Fatalf("%d of %d warm starts came from the pool", got, b.N)
 	}
 }

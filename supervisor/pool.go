@@ -1,9 +1,11 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -17,15 +19,18 @@ import (
 )
 
 // Pooler is a provider that can keep computers started ahead of time: the
-// warm pool (the docker provider, WARM_POOL_MIN to WARM_POOL_MAX). Each
-// waits unbound until a start claims it and binds it to its session.
+// warm pools (the docker provider: headless computers, WARM_POOL_SIZE to
+// WARM_POOL_MAX, and desktop ones, WARM_POOL_DESKTOP). Each waits unbound
+// until a start claims it and binds it to its session.
 type Pooler interface {
-	// PoolRange is how many computers to keep waiting: at least lo, and
-	// up to hi as the starts seen ask (warmpool.Pool.Size); hi 0 turns
-	// the pool off.
-	PoolRange() (lo, hi int)
-	// CreatePooled starts a headless computer that waits for the holder of
-	// the bind secret whose hex SHA-256 is bindHash.
+	// PoolRange is how many computers of image to keep waiting: at least
+	// lo, and up to hi as the starts seen ask (warmpool.Pool.Size); hi 0
+	// turns that pool off.
+	PoolRange(image string) (lo, hi int)
+	// CreatePooled starts a computer of spec.Image that waits for the
+	// holder of the bind secret whose hex SHA-256 is bindHash. spec.Env
+	// holds only the supervisor-wide settings a desktop's screen reads
+	// when it starts (the TURN relay); never a secret.
 	CreatePooled(ctx context.Context, spec providers.Spec, bindHash string) (providers.Machine, error)
 	// MemInfo reports the host's available and total memory in bytes.
 	MemInfo() (available, total uint64, err error)
@@ -63,6 +68,10 @@ type PoolOptions struct {
 	Deployment func(context.Context) (string, error)
 	// Machines lists a provider's machines of this deployment.
 	Machines func(ctx context.Context, provider string) ([]providers.Machine, error)
+	// DesktopEnv is the environment pooled desktop computers start with:
+	// the supervisor-wide settings their screen reads at start (the TURN
+	// relay, the encoder's idle stop). A bind adds the rest.
+	DesktopEnv map[string]string
 }
 
 // Pool is this supervisor's part of the warm pools: one pool per provider
@@ -77,6 +86,7 @@ type Pool struct {
 	instance   string
 	deployment func(context.Context) (string, error)
 	machines   func(ctx context.Context, provider string) ([]providers.Machine, error)
+	desktopEnv map[string]string
 
 	once    sync.Once
 	mu      sync.Mutex        // guards secrets and the pools' state
@@ -88,17 +98,31 @@ type Pool struct {
 func NewPool(opts PoolOptions) *Pool {
 	return &Pool{
 		st: opts.Store, clk: opts.Clock, log: opts.Logger, providers: opts.Providers, http: opts.HTTPClient,
-		instance: opts.Instance, deployment: opts.Deployment, machines: opts.Machines,
+		instance: opts.Instance, deployment: opts.Deployment, machines: opts.Machines, desktopEnv: opts.DesktopEnv,
 	}
 }
 
-// warmPools returns the warm pools by provider, made on first use.
+// poolImages are the images a provider's warm pools may hold, one pool
+// each.
+var poolImages = []string{providers.ImageHeadless, providers.ImageDesktop}
+
+// poolKey names the warm pool of provider's computers of image.
+func poolKey(provider, image string) string {
+	if image == "" {
+		image = providers.ImageHeadless
+	}
+	return provider + "/" + image
+}
+
+// warmPools returns the warm pools by poolKey, made on first use.
 func (w *Pool) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
 	w.once.Do(func() {
 		pools := map[string]*warmpool.Pool[store.PoolMember]{}
 		for id, p := range w.providers {
 			if pl, ok := p.(Pooler); ok {
-				pools[id] = w.newWarmPool(id, pl)
+				for _, image := range poolImages {
+					pools[poolKey(id, image)] = w.newWarmPool(id, image, pl)
+				}
 			}
 		}
 		w.mu.Lock()
@@ -108,19 +132,19 @@ func (w *Pool) warmPools() map[string]*warmpool.Pool[store.PoolMember] {
 	return w.pools
 }
 
-// newWarmPool is the warm pool of provider id: its members wait in the
-// store until a start claims one there.
-func (w *Pool) newWarmPool(id string, pl Pooler) *warmpool.Pool[store.PoolMember] {
+// newWarmPool is the warm pool of provider id's computers of image: its
+// members wait in the store until a start claims one there.
+func (w *Pool) newWarmPool(id, image string, pl Pooler) *warmpool.Pool[store.PoolMember] {
 	var wp *warmpool.Pool[store.PoolMember]
 	wp = warmpool.New(warmpool.Config[store.PoolMember]{
-		Clock: w.clk, Logger: w.log.With("provider", id), Locker: &w.mu, MaxWait: providers.PoolMaxWait,
-		Ready:   func() bool { _, hi := pl.PoolRange(); return hi > 0 },
+		Clock: w.clk, Logger: w.log.With("provider", id, "image", image), Locker: &w.mu, MaxWait: providers.PoolMaxWait,
+		Ready:   func() bool { _, hi := pl.PoolRange(image); return hi > 0 },
 		MemInfo: pl.MemInfo,
 		Target: func(now time.Time, _ warmpool.Stats) (int, int) {
-			lo, hi := pl.PoolRange()
+			lo, hi := pl.PoolRange(image)
 			return wp.Size(now, lo, hi), warmpool.Unlimited
 		},
-		Create: func(ctx context.Context) (store.PoolMember, error) { return w.create(ctx, id, pl) },
+		Create: func(ctx context.Context) (store.PoolMember, error) { return w.create(ctx, id, image, pl) },
 		Accept: func(m store.PoolMember, _ warmpool.Stats) warmpool.Verdict {
 			if _, ok := w.secrets[m.ComputerID]; !ok {
 				return warmpool.Taken // claimed as soon as the store offered it
@@ -145,13 +169,13 @@ func (w *Pool) poke() {
 }
 
 // take removes a claimed member's secret from the pool and returns it.
-func (w *Pool) take(provider, computerID string) (string, bool) {
+func (w *Pool) take(provider, image, computerID string) (string, bool) {
 	pools := w.warmPools()
 	w.mu.Lock()
 	secret, ok := w.secrets[computerID]
 	delete(w.secrets, computerID)
 	w.mu.Unlock()
-	if p := pools[provider]; ok && p != nil {
+	if p := pools[poolKey(provider, image)]; ok && p != nil {
 		p.Claimed(computerID)
 	}
 	return secret, ok
@@ -173,22 +197,30 @@ func (w *Pool) Stats() PoolStats {
 // instance when c's provider keeps a warm pool of c's image.
 func (w *Pool) owner(c store.Connection) string {
 	pl, ok := w.providers[c.Provider].(Pooler)
-	if !ok || poolOff(pl) || (c.Image != "" && c.Image != providers.ImageHeadless) {
+	if !ok || (c.Image != "" && c.Image != providers.ImageHeadless && c.Image != providers.ImageDesktop) {
+		return ""
+	}
+	image := cmp.Or(c.Image, providers.ImageHeadless)
+	if _, hi := pl.PoolRange(image); hi <= 0 {
 		return ""
 	}
 	return w.instance
 }
 
-// poolOff reports whether pl keeps no warm pool.
+// poolOff reports whether pl keeps no warm pool of any image.
 func poolOff(pl Pooler) bool {
-	_, hi := pl.PoolRange()
-	return hi <= 0
+	for _, image := range poolImages {
+		if _, hi := pl.PoolRange(image); hi > 0 {
+			return false
+		}
+	}
+	return true
 }
 
-// wanted counts a start that a warm pool of provider could have served
-// toward that pool's demand.
-func (w *Pool) wanted(provider string) {
-	if p := w.warmPools()[provider]; p != nil {
+// wanted counts a start that the warm pool of provider's computers of
+// image could have served toward that pool's demand.
+func (w *Pool) wanted(provider, image string) {
+	if p := w.warmPools()[poolKey(provider, image)]; p != nil {
 		p.Wanted()
 	}
 }
@@ -230,7 +262,7 @@ func (w *Pool) Run(ctx context.Context) {
 // is never cut short (the engine may finish what it was asked after the
 // caller gave up): at shutdown Run waits for it, and Drain removes
 // the computer.
-func (w *Pool) create(ctx context.Context, provider string, pl Pooler) (store.PoolMember, error) {
+func (w *Pool) create(ctx context.Context, provider, image string, pl Pooler) (store.PoolMember, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
 	dep, err := w.deployment(ctx)
@@ -242,10 +274,10 @@ func (w *Pool) create(ctx context.Context, provider string, pl Pooler) (store.Po
 		return store.PoolMember{}, err
 	}
 	m := store.PoolMember{
-		ComputerID: newID("p"), Provider: provider, Image: providers.ImageHeadless, AttemptID: newID("a_"),
+		ComputerID: newID("p"), Provider: provider, Image: image, AttemptID: newID("a_"),
 		Owner: w.instance, State: store.PoolCreating, CreatedAt: w.clk.Now().UTC(),
 	}
-	log := w.log.With("provider", provider, "computer", m.ComputerID)
+	log := w.log.With("provider", provider, "image", image, "computer", m.ComputerID)
 	if err := w.st.AddPoolMember(ctx, m); err != nil {
 		log.Warn("warm pool: record a new computer", "err", err)
 		return store.PoolMember{}, err
@@ -261,9 +293,11 @@ func (w *Pool) create(ctx context.Context, provider string, pl Pooler) (store.Po
 		}
 		w.st.DeletePoolMember(cctx, m.ComputerID, "")
 	}
-	mach, err := pl.CreatePooled(ctx, providers.Spec{
-		ComputerID: m.ComputerID, AttemptID: m.AttemptID, Deployment: dep, Image: providers.ImageHeadless,
-	}, token.Hash(secret))
+	spec := providers.Spec{ComputerID: m.ComputerID, AttemptID: m.AttemptID, Deployment: dep, Image: image}
+	if image == providers.ImageDesktop {
+		spec.Env = maps.Clone(w.desktopEnv)
+	}
+	mach, err := pl.CreatePooled(ctx, spec, token.Hash(secret))
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("warm pool: create a computer", "err", err)

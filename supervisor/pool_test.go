@@ -86,7 +86,14 @@ func (p *pooler) Destroy(ctx context.Context, id string) error {
 	return nil
 }
 
-func (p *pooler) PoolRange() (int, int)            { return p.size, max(p.size, p.max) }
+var _ supervisor.Pooler = (*pooler)(nil)
+
+func (p *pooler) PoolRange(image string) (int, int) {
+	if image != providers.ImageHeadless {
+		return 0, 0
+	}
+	return p.size, max(p.size, p.max)
+}
 func (p *pooler) UsesSupervisorEgress() bool       { return true }
 func (p *pooler) MemInfo() (uint64, uint64, error) { return 50, 100, nil }
 

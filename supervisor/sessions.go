@@ -104,7 +104,7 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
 	}
 	if r.PoolOwner != "" {
-		s.pool.wanted(x.Provider) // counts toward the pool's size, and refills behind this start
+		s.pool.wanted(x.Provider, x.Image) // counts toward the pool's size, and refills behind this start
 	}
 	if x.MachineID != "" {
 		// The reservation claimed a computer of the warm pool.
@@ -147,7 +147,7 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 func (s *Service) bindPooled(ctx context.Context, x *store.Session) bool {
 	defer s.pool.poke()
 	log := s.log.With("agent", x.AgentID, "session", x.ID, "computer", x.ComputerID)
-	secret, ok := s.pool.take(x.Provider, x.ComputerID)
+	secret, ok := s.pool.take(x.Provider, x.Image, x.ComputerID)
 	err := errors.New("its bind secret is not in this supervisor")
 	if ok {
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), poolBindTimeout)

@@ -170,6 +170,7 @@ func New(cfg Config) (*Service, error) {
 	s.pool = NewPool(PoolOptions{
 		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, HTTPClient: s.http,
 		Instance: s.instance, Deployment: s.Deployment, Machines: s.listMachines,
+		DesktopEnv: egress.WithoutProxyEnv(cfg.ComputerEnv),
 	})
 	s.reconciler = NewReconciler(ReconcilerOptions{
 		Store: s.st, Clock: s.clk, Logger: s.log, Providers: cfg.Providers, Instance: s.instance,

@@ -29,6 +29,7 @@ func (*Docker) Describe() providers.Description {
 			{Name: SettingNetworkPool, Default: itoa(DefaultNetworkPool), Help: "computer networks made ahead of time, 0 to 64"},
 			{Name: SettingWarmPool, Default: "0", Help: "started headless computers kept waiting, at least, 0 to " + itoa(MaxWarmPool) + " (also " + SettingWarmPoolMin + ")"},
 			{Name: SettingWarmPoolMax, Default: SettingWarmPool, Help: "most computers kept waiting when recent bursts of starts ask for more: the pool follows the largest burst seen within one refill in the last 10 minutes"},
+			{Name: SettingWarmPoolDesk, Default: "0", Help: "started desktop computers kept waiting, 0 to " + itoa(MaxWarmPool)},
 			{Name: SettingSubnets, Help: "IPv4 range computer networks take a /28 each from (default: the first of 10.213.0.0/16 to 10.228.0.0/16 that no route or other Docker network uses)"},
 			{Name: SettingGrace, Default: itoa(int64(DefaultGrace / time.Second)), Help: "seconds past its lease after which any Berth process on the engine removes a computer as garbage"},
 			{Name: SettingJoinContainers, Help: "containers (comma-separated) joined to each computer's network, such as the supervisor's own"},

@@ -34,6 +34,7 @@ const (
 	SettingWarmPool       = "WARM_POOL_SIZE"
 	SettingWarmPoolMin    = "WARM_POOL_MIN"
 	SettingWarmPoolMax    = "WARM_POOL_MAX"
+	SettingWarmPoolDesk   = "WARM_POOL_DESKTOP"
 	SettingSubnets        = "COMPUTER_SUBNETS"
 	SettingGrace          = "COMPUTER_GRACE_SECONDS"
 	SettingDiskMB         = "COMPUTER_DISK_MB"
@@ -121,6 +122,9 @@ type Options struct {
 	// (WARM_POOL_MAX, WarmPool to 1000; 0 or WarmPool: a fixed size). The
 	// pool follows demand between the two (warmpool.Pool.Size).
 	WarmPoolMax int
+	// WarmPoolDesktop is how many started desktop computers wait, unbound,
+	// for a session (WARM_POOL_DESKTOP, 0 to 1000, default 0).
+	WarmPoolDesktop int
 	// Subnets is the IPv4 range computer networks take their subnets from
 	// (COMPUTER_SUBNETS); the zero value picks one of
 	// DefaultSubnetCandidates. See subnets.go.
@@ -201,6 +205,11 @@ func OptionsFromConfig(cfg providers.Config) (Options, error) {
 		return Options{}, err
 	}
 	o.WarmPoolMax = int(hi)
+	desk, err := intSetting(cfg, SettingWarmPoolDesk, 0, 0, MaxWarmPool, "computers")
+	if err != nil {
+		return Options{}, err
+	}
+	o.WarmPoolDesktop = int(desk)
 	if v := strings.TrimSpace(cfg.Get(SettingSubnets, "")); v != "" {
 		if o.Subnets, err = netip.ParsePrefix(v); err != nil {
 			return Options{}, fmt.Errorf("%s=%q is not a range: want an IPv4 CIDR from /%d to /%d, e.g. %s", SettingSubnets, v, MinSubnetBits, MaxSubnetBits, DefaultSubnetCandidates[0])
@@ -328,6 +337,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.WarmPool < 0 || o.WarmPool > MaxWarmPool {
 		return Options{}, rangeError(SettingWarmPool, strconv.Itoa(o.WarmPool), 0, MaxWarmPool, "computers")
+	}
+	if o.WarmPoolDesktop < 0 || o.WarmPoolDesktop > MaxWarmPool {
+		return Options{}, rangeError(SettingWarmPoolDesk, strconv.Itoa(o.WarmPoolDesktop), 0, MaxWarmPool, "computers")
 	}
 	if o.WarmPoolMax != 0 && (o.WarmPoolMax < o.WarmPool || o.WarmPoolMax > MaxWarmPool) {
 		return Options{}, rangeError(SettingWarmPoolMax, strconv.Itoa(o.WarmPoolMax), int64(o.WarmPool), MaxWarmPool, "computers, at least "+SettingWarmPool)

@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -30,16 +32,26 @@ import (
 // agent label: labels cannot change after a container is made, so the
 // store records which session claimed which computer.
 
-// PoolRange is how many computers the warm pool keeps waiting: at least
-// WARM_POOL_SIZE (or WARM_POOL_MIN), up to WARM_POOL_MAX as demand asks.
-func (d *Docker) PoolRange() (lo, hi int) {
-	return d.opts.WarmPool, max(d.opts.WarmPoolMax, d.opts.WarmPool)
+// PoolRange is how many computers of image the warm pools keep waiting:
+// headless ones at least WARM_POOL_SIZE (or WARM_POOL_MIN), up to
+// WARM_POOL_MAX as demand asks; desktop ones WARM_POOL_DESKTOP.
+func (d *Docker) PoolRange(image string) (lo, hi int) {
+	switch image {
+	case "", providers.ImageHeadless:
+		return d.opts.WarmPool, max(d.opts.WarmPoolMax, d.opts.WarmPool)
+	case providers.ImageDesktop:
+		return d.opts.WarmPoolDesktop, d.opts.WarmPoolDesktop
+	}
+	return 0, 0
 }
 
-// CreatePooled starts a headless computer that waits unbound for the
-// holder of the bind secret whose hex SHA-256 is bindHash. spec names the
-// computer, its attempt and deployment; its session, agent, token hash and
-// environment are left empty, for the bind to give.
+// CreatePooled starts a computer of spec.Image (headless or desktop) that
+// waits unbound for the holder of the bind secret whose hex SHA-256 is
+// bindHash. spec names the computer, its attempt and deployment; its
+// session, agent and token hash are left empty, for the bind to give. A
+// headless computer starts with no environment; a desktop one with
+// spec.Env, the supervisor-wide settings its screen reads when it starts
+// (the TURN relay), and the bind gives its commands the rest.
 func (d *Docker) CreatePooled(ctx context.Context, spec providers.Spec, bindHash string) (providers.Machine, error) {
 	if !computerID.MatchString(spec.ComputerID) {
 		return providers.Machine{}, fmt.Errorf("create pooled computer: computer id %q: want 1 to 128 letters, digits, '_', '.' or '-'", spec.ComputerID)
@@ -47,24 +59,35 @@ func (d *Docker) CreatePooled(ctx context.Context, spec providers.Spec, bindHash
 	if !tokenHash.MatchString(bindHash) {
 		return providers.Machine{}, errors.New("create pooled computer: bind hash: want the hex SHA-256 of the bind secret (64 lowercase hex digits)")
 	}
-	if spec.Image != "" && spec.Image != providers.ImageHeadless {
-		return providers.Machine{}, fmt.Errorf("create pooled computer %s: %w: the warm pool holds %s computers only", spec.ComputerID, providers.ErrBadImage, providers.ImageHeadless)
+	image, err := d.image(spec.Image)
+	if err != nil {
+		return providers.Machine{}, fmt.Errorf("create pooled computer %s: %w", spec.ComputerID, err)
 	}
 	if spec.AttemptID == "" {
 		spec.AttemptID = newAttemptID()
 	}
-	spec.Image, spec.SessionID, spec.AgentID, spec.TokenHash = providers.ImageHeadless, "", "", ""
-	spec.Env = map[string]string{computerd.EnvBindHash: bindHash}
+	env := map[string]string{}
+	if spec.Image == providers.ImageDesktop {
+		env = egress.WithoutProxyEnv(maps.Clone(spec.Env))
+		if env == nil {
+			env = map[string]string{}
+		}
+		delete(env, computerd.EnvTokenHash)
+	} else {
+		spec.Image = providers.ImageHeadless
+	}
+	env[computerd.EnvBindHash] = bindHash
+	spec.SessionID, spec.AgentID, spec.TokenHash, spec.Env = "", "", "", env
 	labels := spec.Labels()
 	labels[providers.LabelPool] = "true"
 	labels[LabelExpires] = d.expiresLabel(PoolMaxWait + MaxLease)
 	start := time.Now()
-	m, err := d.create(ctx, spec, d.opts.HeadlessImage, labels)
+	m, err := d.create(ctx, spec, image, labels)
 	if err != nil {
 		d.cleanup(ctx, spec.ComputerID, spec.AttemptID)
 		return providers.Machine{}, fmt.Errorf("create pooled computer %s: %w", spec.ComputerID, err)
 	}
-	d.log.Info("pooled computer started", "computer", spec.ComputerID, "endpoint", m.Endpoint,
+	d.log.Info("pooled computer started", "computer", spec.ComputerID, "image", spec.Image, "endpoint", m.Endpoint,
 		"took", time.Since(start).Round(time.Millisecond))
 	return m, nil
 }

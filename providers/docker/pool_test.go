@@ -62,6 +62,7 @@ func TestWarmPoolSetting(t *testing.T) {
 		{set: map[string]string{SettingWarmPool: "5", SettingWarmPoolMax: "4"}, err: SettingWarmPoolMax + "=4 is out of range: want 5 to 1000"},
 		{set: map[string]string{SettingWarmPoolMax: "1001"}, err: SettingWarmPoolMax + "=1001 is out of range"},
 		{set: map[string]string{SettingWarmPoolMin: "x"}, err: SettingWarmPoolMin + `="x" is not a whole number`},
+		{set: map[string]string{SettingWarmPoolDesk: "1001"}, err: SettingWarmPoolDesk + "=1001 is out of range: want 0 to 1000"},
 	} {
 		o, err := OptionsFromConfig(env(c.set))
 		if c.err != "" {
@@ -75,9 +76,19 @@ func TestWarmPoolSetting(t *testing.T) {
 			continue
 		}
 		d := &Docker{opts: o}
-		if lo, hi := d.PoolRange(); lo != c.lo || hi != c.hi {
+		if lo, hi := d.PoolRange(providers.ImageHeadless); lo != c.lo || hi != c.hi {
 			t.Errorf("%v: pool range %d..%d, want %d..%d", c.set, lo, hi, c.lo, c.hi)
 		}
+		if lo, hi := d.PoolRange(providers.ImageDesktop); lo != 0 || hi != 0 {
+			t.Errorf("%v: desktop pool range %d..%d, want none", c.set, lo, hi)
+		}
+	}
+	o, err = OptionsFromConfig(env(map[string]string{SettingWarmPoolDesk: "2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi := (&Docker{opts: o}).PoolRange(providers.ImageDesktop); lo != 2 || hi != 2 {
+		t.Errorf("%s=2: desktop pool range %d..%d", SettingWarmPoolDesk, lo, hi)
 	}
 }
 
@@ -91,8 +102,8 @@ func TestCreatePooled(t *testing.T) {
 	if _, err := d.CreatePooled(ctx, providers.Spec{ComputerID: "p-x"}, "nothex"); err == nil {
 		t.Error("bad bind hash: no error")
 	}
-	if _, err := d.CreatePooled(ctx, providers.Spec{ComputerID: "p-x", Image: providers.ImageDesktop}, hash); !errors.Is(err, providers.ErrBadImage) {
-		t.Errorf("desktop pool computer: %v, want ErrBadImage", err)
+	if _, err := d.CreatePooled(ctx, providers.Spec{ComputerID: "p-x", Image: "gpu"}, hash); !errors.Is(err, providers.ErrBadImage) {
+		t.Errorf("pool computer of an unknown image: %v, want ErrBadImage", err)
 	}
 	id := "pool-" + randomID(t)
 	spec := providers.Spec{ComputerID: id, Deployment: "d-test", SessionID: "ignored", TokenHash: token.Hash("ignored"),
