@@ -238,6 +238,11 @@ type Settings struct {
 	// WarmPoolSize is how many headless computers wait started, ready for
 	// a start (0..MaxComputers). They count toward MaxComputers.
 	WarmPoolSize int `json:"warmPoolSize"`
+	// WarmPoolMax, when above WarmPoolSize, lets the pool grow to the
+	// largest burst of starts seen within one refill in the last 10
+	// minutes, and shrink back when they stop (WarmPoolSize..MaxComputers;
+	// 0 is WarmPoolSize, a fixed size).
+	WarmPoolMax int `json:"warmPoolMax,omitempty"`
 }
 
 // Hours is a daily window, "HH:MM" to "HH:MM" in the owner's time zone.
@@ -264,6 +269,7 @@ type SettingsUpdate struct {
 	ApprovalTimeoutSeconds *int     `json:"approvalTimeoutSeconds,omitempty"`
 	Egress                 *bool    `json:"egress,omitempty"`
 	WarmPoolSize           *int     `json:"warmPoolSize,omitempty"`
+	WarmPoolMax            *int     `json:"warmPoolMax,omitempty"`
 }
 
 // Usage is the lending history from the local ledger.

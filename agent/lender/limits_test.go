@@ -159,6 +159,8 @@ func TestSettingsCheckedAndKept(t *testing.T) {
 		{control.SettingsUpdate{ApprovalTimeoutSeconds: ptr(5)}, "approvalTimeoutSeconds: 5 is outside 10..3600"},
 		{control.SettingsUpdate{WarmPoolSize: ptr(3)}, "warmPoolSize: 3 is outside 0..2 (waiting computers count toward maxComputers)"},
 		{control.SettingsUpdate{WarmPoolSize: ptr(-1)}, "warmPoolSize: -1 is outside 0..2"},
+		{control.SettingsUpdate{WarmPoolMax: ptr(3)}, "warmPoolMax: 3 is outside 0..2"},
+		{control.SettingsUpdate{WarmPoolSize: ptr(2), WarmPoolMax: ptr(1)}, "warmPoolMax: 1 is outside 2..2 (at least warmPoolSize"},
 	}
 	before := r.l.Settings()
 	for _, b := range bad {
@@ -175,7 +177,7 @@ func TestSettingsCheckedAndKept(t *testing.T) {
 		t.Fatalf("defaults: egress %v, warm pool %d; want on and 0", before.Egress, before.WarmPoolSize)
 	}
 	want, err := r.l.UpdateSettings(control.SettingsUpdate{Lending: ptr(false), MaxComputers: ptr(3), Hours: &control.Hours{From: "22:00", To: "06:00"},
-		TimeZone: ptr("Asia/Tokyo"), Approval: ptr(true), Egress: ptr(false), WarmPoolSize: ptr(1)})
+		TimeZone: ptr("Asia/Tokyo"), Approval: ptr(true), Egress: ptr(false), WarmPoolSize: ptr(1), WarmPoolMax: ptr(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func equalSettings(a, b control.Settings) bool {
 		a.DailySeconds == b.DailySeconds && a.Hours.From == b.Hours.From && a.Hours.To == b.Hours.To &&
 		strings.Join(a.Hours.Days, ",") == strings.Join(b.Hours.Days, ",") && a.TimeZone == b.TimeZone &&
 		a.Desktop == b.Desktop && a.Approval == b.Approval && a.ApprovalTimeoutSeconds == b.ApprovalTimeoutSeconds &&
-		a.Egress == b.Egress && a.WarmPoolSize == b.WarmPoolSize
+		a.Egress == b.Egress && a.WarmPoolSize == b.WarmPoolSize && a.WarmPoolMax == b.WarmPoolMax
 }
 
 func ptr[T any](v T) *T { return &v }

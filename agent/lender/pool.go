@@ -70,8 +70,9 @@ type pooled struct {
 	created  time.Time
 }
 
-// newPool is the lender's warm pool: it holds the owner's WarmPoolSize
-// while lending is on and within the allowed hours, in the room that the
+// newPool is the lender's warm pool: it holds the owner's WarmPoolSize,
+// or up to WarmPoolMax as the starts seen ask (warmpool.Pool.Size), while
+// lending is on and within the allowed hours, in the room that the
 // running, ending and starting computers leave under MaxComputers.
 func (l *core) newPool() *warmpool.Pool[*pooled] {
 	pooler := func() (Docker, Pooler, error) {
@@ -85,7 +86,8 @@ func (l *core) newPool() *warmpool.Pool[*pooled] {
 		}
 		return d, pl, nil
 	}
-	return warmpool.New(warmpool.Config[*pooled]{
+	var wp *warmpool.Pool[*pooled]
+	wp = warmpool.New(warmpool.Config[*pooled]{
 		Clock: l.clk, Logger: l.log, Locker: &l.mu, MaxWait: providers.PoolMaxWait,
 		Ready: func() bool {
 			_, _, err := pooler()
@@ -100,7 +102,7 @@ func (l *core) newPool() *warmpool.Pool[*pooled] {
 		},
 		Target: func(now time.Time, st warmpool.Stats) (int, int) {
 			s := l.settings
-			want := s.WarmPoolSize
+			want := l.poolSize(wp, now)
 			if !s.Lending || !allowedAt(s.Hours, localTime(s.TimeZone, now)) {
 				want = 0
 			}
@@ -121,7 +123,7 @@ func (l *core) newPool() *warmpool.Pool[*pooled] {
 		// room for it any more.
 		Accept: func(_ *pooled, st warmpool.Stats) warmpool.Verdict {
 			over := l.inUse()+st.Waiting+st.Creating+st.Removing >= l.settings.MaxComputers
-			if l.closed || over || st.Waiting >= l.settings.WarmPoolSize {
+			if l.closed || over || st.Waiting >= l.poolSize(wp, l.clk.Now()) {
 				return warmpool.Discard
 			}
 			return warmpool.Keep
@@ -133,6 +135,14 @@ func (l *core) newPool() *warmpool.Pool[*pooled] {
 		ID:   func(m *pooled) string { return m.id },
 		Made: func(m *pooled) time.Time { return m.created },
 	})
+	return wp
+}
+
+// poolSize is the pool's size now: WarmPoolSize, or more up to
+// WarmPoolMax as demand asks. It runs with l.mu held.
+func (l *core) poolSize(p *warmpool.Pool[*pooled], now time.Time) int {
+	s := l.settings
+	return p.Size(now, s.WarmPoolSize, max(s.WarmPoolMax, s.WarmPoolSize))
 }
 
 // inUse counts the running, ending and starting computers. It runs with
@@ -142,7 +152,10 @@ func (l *core) inUse() int { return len(l.running) + len(l.ending) + len(l.start
 // PoolStatus reports the warm pool.
 func (l *core) PoolStatus() control.PoolStatus {
 	st := l.pool.Stats()
-	return control.PoolStatus{Size: l.current().WarmPoolSize, Waiting: st.Waiting, Creating: st.Creating, Claimed: st.Claimed}
+	l.mu.Lock()
+	size := l.poolSize(l.pool.Pool, l.clk.Now())
+	l.mu.Unlock()
+	return control.PoolStatus{Size: size, Waiting: st.Waiting, Creating: st.Creating, Claimed: st.Claimed}
 }
 
 // launch starts the computer for r: from the pool when it holds one

@@ -64,6 +64,8 @@ func CheckSettings(s control.Settings) error {
 		return fmt.Errorf("approvalTimeoutSeconds: %d is outside %d..%d", s.ApprovalTimeoutSeconds, MinApprovalTimeoutSec, MaxApprovalTimeoutSec)
 	case s.WarmPoolSize < 0 || s.WarmPoolSize > s.MaxComputers:
 		return fmt.Errorf("warmPoolSize: %d is outside 0..%d (waiting computers count toward maxComputers)", s.WarmPoolSize, s.MaxComputers)
+	case s.WarmPoolMax != 0 && (s.WarmPoolMax < s.WarmPoolSize || s.WarmPoolMax > s.MaxComputers):
+		return fmt.Errorf("warmPoolMax: %d is outside %d..%d (at least warmPoolSize; waiting computers count toward maxComputers), or 0 for a fixed size", s.WarmPoolMax, s.WarmPoolSize, s.MaxComputers)
 	}
 	if _, err := location(s.TimeZone); err != nil {
 		return err
@@ -174,6 +176,9 @@ func applyUpdate(s control.Settings, u control.SettingsUpdate) control.Settings 
 	}
 	if u.WarmPoolSize != nil {
 		s.WarmPoolSize = *u.WarmPoolSize
+	}
+	if u.WarmPoolMax != nil {
+		s.WarmPoolMax = *u.WarmPoolMax
 	}
 	return s
 }

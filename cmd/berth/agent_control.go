@@ -238,7 +238,8 @@ nothing is changed. Keys:
   approval=on|off                each new session waits for the owner
   approvalTimeoutSeconds=N       the wait before refusing (10..3600)
   egress=on|off                  the egress proxy, computers' only way out
-  warmPoolSize=N                 headless computers kept started (0..maxComputers)`,
+  warmPoolSize=N                 headless computers kept started (0..maxComputers)
+  warmPoolMax=N                  most kept started when bursts of starts ask for more (warmPoolSize..maxComputers; 0: fixed)`,
 		cobra.ArbitraryArgs, func(cmd *cobra.Command, ctx context.Context, c *control.Client, args []string) error {
 			var s control.Settings
 			var err error
@@ -266,7 +267,7 @@ nothing is changed. Keys:
 // settingKeys are the keys berth agent settings takes, in the order it
 // prints them.
 var settingKeys = []string{"lending", "maxComputers", "cpus", "memoryMB", "dailySeconds", "hours", "days",
-	"timeZone", "desktop", "approval", "approvalTimeoutSeconds", "egress", "warmPoolSize"}
+	"timeZone", "desktop", "approval", "approvalTimeoutSeconds", "egress", "warmPoolSize", "warmPoolMax"}
 
 // parseSettings turns KEY=VALUE pairs into an update. hours and days
 // change one part of the window, so the other part is read first.
@@ -305,7 +306,7 @@ func parseSettings(ctx context.Context, c *control.Client, args []string) (contr
 			case "egress":
 				u.Egress = &on
 			}
-		case "maxComputers", "approvalTimeoutSeconds", "warmPoolSize":
+		case "maxComputers", "approvalTimeoutSeconds", "warmPoolSize", "warmPoolMax":
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				return u, bad("a whole number")
@@ -317,6 +318,8 @@ func parseSettings(ctx context.Context, c *control.Client, args []string) (contr
 				u.ApprovalTimeoutSeconds = &n
 			case "warmPoolSize":
 				u.WarmPoolSize = &n
+			case "warmPoolMax":
+				u.WarmPoolMax = &n
 			}
 		case "memoryMB", "dailySeconds":
 			n, err := strconv.ParseInt(v, 10, 64)
@@ -390,6 +393,7 @@ func printOwnerSettings(out io.Writer, s control.Settings) error {
 		{"approvalTimeoutSeconds", strconv.Itoa(s.ApprovalTimeoutSeconds)},
 		{"egress", onOff(s.Egress)},
 		{"warmPoolSize", strconv.Itoa(s.WarmPoolSize)},
+		{"warmPoolMax", strconv.Itoa(max(s.WarmPoolMax, s.WarmPoolSize))},
 	} {
 		fmt.Fprintf(w, "%s\t%s\n", row[0], row[1])
 	}
