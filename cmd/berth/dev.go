@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -167,6 +168,7 @@ func serve(cmd *cobra.Command, o daemon.Options, dev bool, then ...func(*daemon.
 			return
 		}
 		fmt.Fprintf(out, "berth dev: ready at %s\n  export BERTH_URL=%s\n", url, url)
+		fmt.Fprintf(out, "  console: %s/ (sign in with SUPERVISOR_TOKEN)\n", strings.TrimSuffix(url, "/"))
 		if d.TokenGenerated || os.Getenv("SUPERVISOR_TOKEN") == "" {
 			fmt.Fprintf(out, "  export SUPERVISOR_TOKEN=%s\n", d.Token)
 		} else {
