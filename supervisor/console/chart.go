@@ -51,7 +51,7 @@ func drawChart(s usageSeries) chart {
 			c.Bars = append(c.Bars, bar{X: x, Y: y, W: max(step-2, 1), H: bh, Class: fmt.Sprintf("k%d", k%6),
 				Title: fmt.Sprintf("%s, %s: %s", d.Day, s.Keys[k], duration(sec))})
 		}
-		if i%7 == 0 || i == len(s.Days)-1 {
+		if i%7 == 0 || (i == len(s.Days)-1 && i%7 >= 4) {
 			c.Ticks = append(c.Ticks, tick{X: x, Y: h - 8, Text: d.Day[5:]})
 		}
 	}

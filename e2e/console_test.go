@@ -1,0 +1,361 @@
+package e2e
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/chromedp"
+
+	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/supervisor/store"
+)
+
+// axeSource is axe-core 4.14.1 from npm (testdata/axe/VERSION).
+//
+//go:embed testdata/axe/axe.min.js
+var axeSource string
+
+// consolePage drives the console in headless Chromium.
+type consolePage struct {
+	t    *testing.T
+	ctx  context.Context
+	base string
+	// csp collects what Chromium logged about Content-Security-Policy.
+	csp chan string
+}
+
+func (p *consolePage) run(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval runs a script and decodes its value (awaiting a promise).
+func eval[T any](p *consolePage, what, expr string) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+func (p *consolePage) text(sel string) string {
+	p.t.Helper()
+	return eval[string](p, "read "+sel, fmt.Sprintf(`document.querySelector(%q).innerText`, sel))
+}
+
+// waitText waits until the element sel holds want.
+func (p *consolePage) waitText(sel, want string) {
+	p.t.Helper()
+	ok := testkit.Poll(30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+		defer cancel()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).innerText||""`, sel)))
+		return err == nil && strings.Contains(s, want)
+	})
+	if !ok {
+		body, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.body.innerText`))
+		p.t.Fatalf("%s never showed %q; the page says:\n%s", sel, want, body)
+	}
+}
+
+// scheme emulates prefers-color-scheme and a viewport width.
+func (p *consolePage) scheme(dark bool, width int64) {
+	p.t.Helper()
+	v := "light"
+	if dark {
+		v = "dark"
+	}
+	if _, err := chromedp.Call(p.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v}}}); err != nil {
+		p.t.Fatalf("emulate %s: %v", v, err)
+	}
+	if _, err := chromedp.Call(p.ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: width, Height: 800, DeviceScaleFactor: 1, Mobile: width < 600}); err != nil {
+		p.t.Fatalf("emulate %d px: %v", width, err)
+	}
+}
+
+type axeResult struct {
+	Passes     int            `json:"passes"`
+	Violations []axeViolation `json:"violations"`
+}
+
+type axeViolation struct {
+	ID     string   `json:"id"`
+	Impact string   `json:"impact"`
+	Help   string   `json:"help"`
+	Nodes  []string `json:"nodes"`
+}
+
+// check runs axe-core on the page in light and dark, fails on serious or
+// critical violations, checks that nothing broke the CSP, and saves
+// screenshots (light and dark at 1280x800; light at 375 px when phone).
+func (p *consolePage) check(name string, phone bool) {
+	p.t.Helper()
+	for _, dark := range []bool{false, true} {
+		p.scheme(dark, 1280)
+		if !eval[bool](p, "axe loaded", `typeof axe !== "undefined"`) {
+			eval[bool](p, "inject axe", axeSource+";true")
+		}
+		res := eval[axeResult](p, "axe on "+name, `axe.run(document, {resultTypes: ["violations"]}).then(r => ({
+			passes: r.passes.length,
+			violations: r.violations.filter(v => v.impact === "serious" || v.impact === "critical").map(v =>
+				({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map(n => n.target.join(" "))}))}))`)
+		if res.Passes < 10 {
+			p.t.Fatalf("axe on %s checked only %d rules: it did not run", name, res.Passes)
+		}
+		for _, v := range res.Violations {
+			p.t.Errorf("axe on %s (dark %v): %s %s: %s at %v", name, dark, v.Impact, v.ID, v.Help, v.Nodes)
+		}
+		suffix := "light"
+		if dark {
+			suffix = "dark"
+		}
+		p.shot(name + "-" + suffix)
+	}
+	if phone {
+		p.scheme(false, 375)
+		p.shot(name + "-phone")
+	}
+	p.scheme(false, 1280)
+	inline := eval[int](p, "inline styles", `document.querySelectorAll("[style], script:not([src]), style").length`)
+	if inline != 0 {
+		p.t.Errorf("%s has %d inline styles or scripts", name, inline)
+	}
+	select {
+	case msg := <-p.csp:
+		p.t.Errorf("%s: Chromium reports a CSP violation: %s", name, msg)
+	default:
+	}
+}
+
+func (p *consolePage) shot(name string) {
+	p.t.Helper()
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(p.t.ArtifactDir(), "console-"+name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot: %s", path)
+}
+
+func (p *consolePage) open(path string) {
+	p.t.Helper()
+	p.run("open "+path, chromedp.Navigate(p.base+path), chromedp.WaitReady(chromedp.CSS("main")))
+}
+
+// usageSeconds is the seconds of provider key in GET /v1/usage?by=provider.
+func usageSeconds(s *super, key string) int64 {
+	var u struct {
+		Rows []struct {
+			Key     string `json:"key"`
+			Seconds int64  `json:"seconds"`
+		} `json:"rows"`
+	}
+	s.must("GET", "/v1/usage?by=provider", nil, 200, &u)
+	for _, r := range u.Rows {
+		if r.Key == key {
+			return r.Seconds
+		}
+	}
+	return 0
+}
+
+// TestConsole signs in to the console in Chromium, creates an agent,
+// connects it to Docker and starts and stops its computer through the
+// forms, watches the table update by itself, reads usage, creates a
+// pairing code and confirms the cleanup of an uncertain session, checking
+// each step against the REST API; axe-core runs on every page, light and
+// dark, and each page is saved as a screenshot.
+func TestConsole(t *testing.T) {
+	requireDocker(t, "berth/test:latest")
+	requireChromium(t)
+	s := startSupervisor(t, "berth/test:latest")
+	p := &consolePage{t: t, ctx: browser(t, testkit.Context(t)), base: s.url, csp: make(chan string, 16)}
+	if err := chromedp.Listen(p.ctx, func(ev any) {
+		if e, ok := ev.(*log.EventEntryAdded); ok && strings.Contains(e.Entry.Text, "Content Security Policy") {
+			select {
+			case p.csp <- e.Entry.Text:
+			default:
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(p.ctx, log.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Sign in: a wrong key first.
+	p.open("/")
+	p.waitText("h1", "Sign in")
+	p.check("signin", true)
+	// axe finds what it should: an input without a label is critical.
+	got := eval[[]string](p, "axe control", `(() => {
+		const i = document.createElement("input"); i.id = "unlabelled"; document.body.appendChild(i);
+		return axe.run(document).then(r => { i.remove(); return r.violations.filter(v => v.impact === "critical").map(v => v.id); });
+	})()`)
+	if !slices.Contains(got, "label") {
+		t.Fatalf("axe did not flag an input without a label: %v", got)
+	}
+	p.run("wrong key", chromedp.SendKeys(chromedp.CSS("#key"), "not-the-token"), chromedp.Submit(chromedp.CSS("#key")))
+	p.waitText(".msg.error", "Wrong key")
+	p.run("sign in", chromedp.SendKeys(chromedp.CSS("#key"), s.token), chromedp.Submit(chromedp.CSS("#key")))
+	p.waitText("h1", "Computers")
+	p.waitText(".who", "Signed in as operator")
+
+	// Create an agent and connect it to Docker, through the forms.
+	p.run("create agent", chromedp.SendKeys(chromedp.CSS("#a-id"), "console-ag"), chromedp.SendKeys(chromedp.CSS("#a-name"), "Console agent"),
+		chromedp.SendKeys(chromedp.CSS("#a-ws"), "team"), chromedp.Submit(chromedp.CSS("#a-id")))
+	p.waitText(".msg.ok", "Agent console-ag created in workspace team")
+	// A lease outside 60..900 first: the Service's message, nothing made.
+	p.run("connect with lease 30", chromedp.SetValue(chromedp.CSS("#c-agent"), "console-ag"), chromedp.SetValue(chromedp.CSS("#c-provider"), "docker"),
+		chromedp.SetValue(chromedp.CSS("#c-lease"), "30"), chromedp.Submit(chromedp.CSS("#c-lease")))
+	p.waitText(".msg.error", "leaseSeconds: 30 is outside 60..900")
+	if st := s.call("GET", "/v1/agents/console-ag/computer", nil, nil); st != 404 {
+		t.Fatalf("a refused connect made a connection: %d", st)
+	}
+	p.run("connect", chromedp.SetValue(chromedp.CSS("#c-agent"), "console-ag"), chromedp.SetValue(chromedp.CSS("#c-provider"), "docker"),
+		chromedp.SetValue(chromedp.CSS("#c-lease"), "120"), chromedp.SetValue(chromedp.CSS("#c-daily"), "600"), chromedp.Submit(chromedp.CSS("#c-lease")))
+	p.waitText(".msg.ok", "Agent console-ag connected to docker (lease 120 s, daily budget 600 s)")
+	var status struct {
+		Connection struct {
+			Provider     string `json:"provider"`
+			LeaseSeconds int    `json:"leaseSeconds"`
+			DailySeconds int    `json:"dailySeconds"`
+		} `json:"connection"`
+		Session *struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"session"`
+	}
+	s.must("GET", "/v1/agents/console-ag/computer", nil, 200, &status)
+	if status.Connection.Provider != "docker" || status.Connection.LeaseSeconds != 120 || status.Connection.DailySeconds != 600 {
+		t.Fatalf("connection = %+v", status.Connection)
+	}
+	before := usageSeconds(s, "docker")
+
+	// Start from the table, see it running, stop it.
+	p.run("start", chromedp.Click(chromedp.CSS(`button[aria-label="Start console-ag"]`)))
+	p.waitText("#computer-rows", "Running")
+	s.must("GET", "/v1/agents/console-ag/computer", nil, 200, &status)
+	if status.Session == nil || status.Session.State != "running" {
+		t.Fatalf("after start from the console: %+v", status.Session)
+	}
+	p.check("computers", true)
+	time.Sleep(2 * time.Second) // some seconds of usage
+	p.run("stop", chromedp.Click(chromedp.CSS(`button[aria-label="Stop console-ag"]`)))
+	p.waitText(".msg.ok", "Stopped")
+	s.must("GET", "/v1/agents/console-ag/computer", nil, 200, &status)
+	if status.Session != nil {
+		t.Fatalf("after stop from the console: %+v", status.Session)
+	}
+
+	// The table follows changes made elsewhere without a reload.
+	eval[bool](p, "mark page", `window.notReloaded = true`)
+	s.must("POST", "/v1/agents/console-ag/computer/start", nil, 200, nil)
+	p.waitText("#computer-rows", "Running")
+	if !eval[bool](p, "no reload", `window.notReloaded === true`) {
+		t.Fatal("the page reloaded instead of updating its table")
+	}
+	s.must("POST", "/v1/agents/console-ag/computer/stop", nil, 200, nil)
+	p.waitText("#computer-rows", "No session")
+
+	// Usage shows the new seconds, as the API does.
+	after := usageSeconds(s, "docker")
+	if after <= before {
+		t.Fatalf("usage of docker did not grow: %d -> %d", before, after)
+	}
+	p.open("/usage")
+	p.waitText("#u-provider", "Seconds by provider")
+	p.waitText("main", fmt.Sprintf("%d s", after))
+	p.waitText("main", "console-ag")
+	p.check("usage", true)
+
+	// The agent's page.
+	p.open("/agents/console-ag")
+	p.waitText("main", "Change lease and budget")
+	p.check("agent", false)
+
+	// A pairing code, redeemed through the API.
+	p.open("/lenders")
+	p.run("pair code", chromedp.SendKeys(chromedp.CSS("#p-name"), "lent-laptop"), chromedp.Submit(chromedp.CSS("#p-name")))
+	p.waitText("#code-h", "Pairing code")
+	code := strings.TrimSpace(p.text("#pair-code"))
+	var paired struct {
+		ID string `json:"agentId"`
+	}
+	s.must("POST", "/v1/companions/pair", map[string]any{"code": code}, 201, &paired)
+	p.open("/lenders")
+	p.waitText("main", "lent-laptop")
+	p.check("lenders", false)
+
+	// An uncertain session: a create whose reply was lost, as the store
+	// records it, on a second agent.
+	s.must("POST", "/v1/agents", map[string]any{"id": "lost-ag", "name": "Lost", "workspace": "team"}, 201, nil)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "lost-ag", "provider": "docker"}, 201, nil)
+	ctx := testkit.Context(t)
+	x, err := s.d.Store.Reserve(ctx, store.Reservation{Session: store.Session{ID: "s-lost", AgentID: "lost-ag", ComputerID: "c-lost",
+		AttemptID: "att-lost-0001", Provider: "docker", Image: "headless"}, Now: time.Now(), MinSeconds: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := x
+	y.State, y.LastError = store.StateUncertain, "create: connection reset by peer"
+	if err := s.d.Store.UpdateSession(ctx, y, x.State); err != nil {
+		t.Fatal(err)
+	}
+	p.open("/attention")
+	p.waitText("main", "att-lost-0001")
+	p.check("attention", true)
+	p.run("to confirm", chromedp.Click(chromedp.CSS(`a[href="/attention/lost-ag/confirm"]`)))
+	p.waitText("main", "I checked the provider")
+	p.check("confirm", false)
+	p.run("confirm", chromedp.Click(chromedp.CSS("#removed")), chromedp.Submit(chromedp.CSS("#removed")))
+	p.waitText(".msg.ok", "Cleanup of session s-lost (agent lost-ag) confirmed")
+	p.waitText("main", "Nothing needs attention")
+	s.must("GET", "/v1/agents/lost-ag/computer", nil, 200, &status)
+	if status.Session != nil {
+		t.Fatalf("the uncertain session is still live: %+v", status.Session)
+	}
+	var audit struct {
+		Entries []struct {
+			Action, Target, Actor string
+		} `json:"entries"`
+	}
+	s.must("GET", "/v1/audit", nil, 200, &audit)
+	if len(audit.Entries) == 0 || audit.Entries[0].Action != "computer.confirm_cleanup" || audit.Entries[0].Target != "lost-ag" {
+		t.Fatalf("audit log = %+v", audit.Entries)
+	}
+
+	p.open("/providers")
+	p.waitText("main", "docker (default)")
+	p.check("providers", false)
+
+	// Sign out: the pages ask for a key again.
+	p.open("/computers")
+	p.run("sign out", chromedp.Click(chromedp.CSS(".signout button")))
+	p.waitText(".msg.ok", "You are signed out")
+	p.open("/computers")
+	p.waitText(".msg.error", "Sign in to use the console")
+}
