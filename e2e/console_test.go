@@ -263,6 +263,10 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after start from the console: %+v", status.Session)
 	}
 	p.check("computers", true)
+	sessionID := status.Session.ID
+	if st, err := callAPI(s.url, s.token, "POST", "/v1/agents/console-ag/computer/exec", "console-exec-1", map[string]any{"command": "echo hi; exit 7"}, nil); err != nil || st != 200 {
+		t.Fatalf("exec: %d %v", st, err)
+	}
 	time.Sleep(2 * time.Second) // some seconds of usage
 	p.run("stop", chromedp.Click(chromedp.CSS(`button[aria-label="Stop console-ag"]`)))
 	p.waitText(".msg.ok", "Stopped")
@@ -291,6 +295,12 @@ func TestConsole(t *testing.T) {
 	p.waitText("main", fmt.Sprintf("%d s", after))
 	p.waitText("main", "console-ag")
 	p.check("usage", true)
+
+	// The session's tool calls.
+	p.open("/sessions/" + sessionID)
+	p.waitText("main", "exec")
+	p.waitText("tbody", "7")
+	p.check("session", false)
 
 	// The agent's page.
 	p.open("/agents/console-ag")

@@ -2,9 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"time"
 
 	"github.com/berthdev/berth/supervisor/store"
 )
@@ -119,4 +122,76 @@ func (s *Service) Attention(ctx context.Context, workspace string) ([]AttentionV
 	}
 	slices.SortStableFunc(out, func(a, b AttentionView) int { return a.Session.StartedAt.Compare(b.Session.StartedAt) })
 	return out, nil
+}
+
+// MaxSessionCalls bounds the calls SessionCalls lists.
+const MaxSessionCalls = 500
+
+// CallView is one recorded tool call, as the console's session page shows
+// it. Calls are recorded when they carry an idempotency key (every MCP
+// call; REST calls with Idempotency-Key) and kept for store.CallTTL.
+type CallView struct {
+	At       time.Time
+	Tool     string
+	Duration time.Duration // 0 while pending
+	Status   int           // the HTTP status answered; 0 while pending
+	// ExitCode is an exec's exit code (nil for other tools, errors and
+	// pending calls); Uncertain is set when its outcome was lost.
+	ExitCode  *int
+	Uncertain bool
+	Pending   bool
+}
+
+// SessionDetail is a session with the tool calls recorded during it.
+type SessionDetail struct {
+	Session   SessionView
+	Agent     string
+	Workspace string
+	MachineID string
+	EndedAt   time.Time
+	Calls     []CallView
+	// More is set when there were more than MaxSessionCalls calls.
+	More bool
+}
+
+// SessionCalls returns a session and the calls its agent made while it
+// lived; a session of another workspace than workspace (when not "")
+// is answered as missing.
+func (s *Service) SessionCalls(ctx context.Context, id, workspace string) (SessionDetail, error) {
+	x, err := s.st.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && workspace != "" && x.Workspace != workspace) {
+		return SessionDetail{}, errorf(http.StatusNotFound, CodeNotFound, "session %q does not exist", id)
+	}
+	if err != nil {
+		return SessionDetail{}, err
+	}
+	d := SessionDetail{Session: s.view(x), Agent: x.AgentID, Workspace: x.Workspace, MachineID: x.MachineID, EndedAt: x.EndedAt}
+	to := x.EndedAt
+	if to.IsZero() {
+		to = s.clk.Now()
+	}
+	calls, err := s.st.AgentCalls(ctx, x.AgentID, x.CreatedAt, to.Add(time.Second), MaxSessionCalls+1)
+	if err != nil {
+		return d, fmt.Errorf("calls of session %s: %w", id, err)
+	}
+	if len(calls) > MaxSessionCalls {
+		calls, d.More = calls[:MaxSessionCalls], true
+	}
+	for _, c := range calls {
+		v := CallView{At: c.CreatedAt, Tool: c.Tool, Status: c.Status, Pending: c.State == store.CallPending}
+		if !v.Pending {
+			v.Duration = c.FinishedAt.Sub(c.CreatedAt)
+		}
+		if c.Tool == "exec" && c.Status == http.StatusOK {
+			var r struct {
+				ExitCode  int  `json:"exitCode"`
+				Uncertain bool `json:"uncertain"`
+			}
+			if json.Unmarshal(c.Response, &r) == nil {
+				v.ExitCode, v.Uncertain = &r.ExitCode, r.Uncertain
+			}
+		}
+		d.Calls = append(d.Calls, v)
+	}
+	return d, nil
 }

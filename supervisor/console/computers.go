@@ -75,6 +75,7 @@ type computerRow struct {
 	Connected           bool
 	Conn, ConnSub       string
 	Session             bool
+	SessionID           string
 	State, StateText    string
 	SessSub             string
 	Machine             string
@@ -88,7 +89,7 @@ func (c *Console) row(o supervisor.AgentOverview) computerRow {
 		r.ConnSub = "lease " + duration(k.LeaseSeconds) + ", budget " + duration(k.DailySeconds) + "/day"
 	}
 	if x := o.Session; x != nil {
-		r.Session = true
+		r.Session, r.SessionID = true, x.ID
 		r.State, r.StateText = x.State, stateText[x.State]
 		r.SessSub = left(x.RemainingSeconds) + " left · started " + c.when(x.StartedAt)
 	}

@@ -87,7 +87,7 @@ type Console struct {
 }
 
 // pages are the templates rendered with layout.html.
-var pages = []string{"signin", "computers", "agent", "attention", "confirm", "usage", "lenders", "providers", "error"}
+var pages = []string{"signin", "computers", "agent", "session", "attention", "confirm", "usage", "lenders", "providers", "error"}
 
 // New returns the console.
 func New(o Options) (*Console, error) {
@@ -109,6 +109,12 @@ func New(o Options) (*Console, error) {
 	funcs := template.FuncMap{
 		"when":     c.when,
 		"duration": duration,
+		"ms": func(d time.Duration) string {
+			if d < time.Second {
+				return fmt.Sprintf("%d ms", d.Milliseconds())
+			}
+			return fmt.Sprintf("%.1f s", d.Seconds())
+		},
 		"left":     left,
 		"stateText": func(s string) string {
 			if t, ok := stateText[s]; ok {
@@ -149,6 +155,7 @@ func (c *Console) routes() {
 	m.Handle("POST /agents/{agent}/start", c.post(c.start))
 	m.Handle("POST /agents/{agent}/stop", c.post(c.stop))
 	m.Handle("POST /agents/{agent}/disconnect", c.post(c.disconnect))
+	m.Handle("GET /sessions/{id}", c.page(c.session))
 	m.Handle("GET /attention", c.page(c.attention))
 	m.Handle("GET /attention/{agent}/confirm", c.page(c.confirmPage))
 	m.Handle("POST /attention/{agent}/confirm", c.post(c.confirm))

@@ -316,6 +316,15 @@ func TestWorkspaceKeySeesItsWorkspaceOnly(t *testing.T) {
 	}
 	res, body = b.get("/agents/blue1")
 	wantStatus(t, "another workspace's agent page", res, body, 404, `agent &#34;blue1&#34; does not exist`)
+	if _, err := e.sup.Service.Start(ctx, "blue1"); err != nil {
+		t.Fatal(err)
+	}
+	blue, _ := e.sup.Service.Status(ctx, "blue1")
+	res, body = b.get("/sessions/" + blue.Session.ID)
+	wantStatus(t, "another workspace's session page", res, body, 404, "does not exist")
+	if _, err := e.sup.Service.Stop(ctx, "blue1"); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, path := range []string{"/agents/blue1/start", "/agents/blue1/disconnect", "/attention/blue1/confirm"} {
 		res, body = b.post(path, url.Values{"removed": {"yes"}})
@@ -425,6 +434,19 @@ func TestComputersFlowAndLiveTable(t *testing.T) {
 
 	res, body = b.get("/agents/ag1")
 	wantStatus(t, "agent page", res, body, 200, "Running", "Stop the session")
+
+	// A recorded exec shows on the session's page with its exit code.
+	st, _ := e.sup.Service.Status(ctx, "ag1")
+	req, _ = http.NewRequest("POST", e.srv.URL+"/v1/agents/ag1/computer/exec", strings.NewReader(`{"command":"exit 3"}`))
+	req.Header.Set("Authorization", "Bearer "+e.sup.Token)
+	req.Header.Set("Idempotency-Key", "console-k1")
+	if res, body := b.do(req); res.StatusCode != 200 || !strings.Contains(body, `"exitCode":3`) {
+		t.Fatalf("exec: %d %s", res.StatusCode, body)
+	}
+	res, body = b.get("/sessions/" + st.Session.ID)
+	wantStatus(t, "session page", res, body, 200, "<th scope=\"row\">exec</th>", "<td>3</td>", "Answered (200)")
+	res, body = b.get("/sessions/nope")
+	wantStatus(t, "unknown session", res, body, 404, "session &#34;nope&#34; does not exist")
 	res, body = b.post("/agents/ag1/stop", nil)
 	wantStatus(t, "stop", res, body, 303)
 	if st, _ := e.sup.Service.Status(ctx, "ag1"); st.Session != nil {

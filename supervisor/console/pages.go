@@ -13,6 +13,23 @@ import (
 	"github.com/berthdev/berth/supervisor/store"
 )
 
+// The session page.
+
+func (c *Console) session(w http.ResponseWriter, q request) {
+	d, err := c.svc.SessionCalls(q.ctx(), q.PathValue("id"), q.workspace())
+	if err != nil {
+		e := supervisor.AsError(err)
+		if e.Status >= 500 {
+			c.log.Error("session", "err", err)
+		}
+		v := q.view("Session", "computers", nil)
+		v.Error = e.Message
+		c.render(w, q.Request, e.Status, "error", v)
+		return
+	}
+	c.render(w, q.Request, http.StatusOK, "session", q.view("Session "+d.Session.ID, "computers", d))
+}
+
 // The attention page.
 
 func (c *Console) attention(w http.ResponseWriter, q request) {
