@@ -115,7 +115,7 @@ func New(o Options) (*Console, error) {
 			}
 			return fmt.Sprintf("%.1f s", d.Seconds())
 		},
-		"left":     left,
+		"left": left,
 		"stateText": func(s string) string {
 			if t, ok := stateText[s]; ok {
 				return t
