@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -368,4 +369,58 @@ func TestConsole(t *testing.T) {
 	p.waitText(".msg.ok", "You are signed out")
 	p.open("/computers")
 	p.waitText(".msg.error", "Sign in to use the console")
+}
+
+// BenchmarkConsoleFirstPaint loads the Computers page of 1,000 agents, each
+// with a running session, in headless Chromium: the first contentful paint
+// after navigation, p50 (target: at most 500 ms).
+//
+//	go test ./e2e -run '^$' -bench ConsoleFirstPaint -benchtime 10x
+func BenchmarkConsoleFirstPaint(b *testing.B) {
+	requireDocker(b, "berth/test:latest")
+	requireChromium(b)
+	s := startSupervisor(b, "berth/test:latest")
+	ctx := testkit.Context(b)
+	for i := range 1000 {
+		id := fmt.Sprintf("fcp-%04d", i)
+		if _, err := s.d.Service.CreateAgent(ctx, supervisor.CreateAgentRequest{ID: id, Name: id, Workspace: fmt.Sprintf("ws-%d", i%10)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.d.Service.Connect(ctx, supervisor.ConnectRequest{Agent: id, Provider: "docker"}); err != nil {
+			b.Fatal(err)
+		}
+		x, err := s.d.Store.Reserve(ctx, store.Reservation{Session: store.Session{ID: "s-" + id, AgentID: id, ComputerID: "c-" + id,
+			AttemptID: "a-" + id, Provider: "docker", Image: "headless"}, Now: time.Now(), MinSeconds: 60})
+		if err != nil {
+			b.Fatal(err)
+		}
+		y := x
+		y.State, y.MachineID = store.StateRunning, "m-"+id
+		if err := s.d.Store.UpdateSession(ctx, y, x.State); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bctx := browser(b, ctx)
+	if err := chromedp.Do(bctx, chromedp.Navigate(s.url+"/signin"), chromedp.SendKeys(chromedp.CSS("#key"), s.token),
+		chromedp.Submit(chromedp.CSS("#key")), chromedp.WaitReady(chromedp.CSS("#computer-rows"))); err != nil {
+		b.Fatal(err)
+	}
+	var paints []float64
+	for b.Loop() {
+		if err := chromedp.Do(bctx, chromedp.Navigate(s.url+"/computers")); err != nil {
+			b.Fatal(err)
+		}
+		fcp, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`new Promise(r => new PerformanceObserver(l => {
+			const e = l.getEntriesByName("first-contentful-paint")[0]; if (e) r(e.startTime);
+		}).observe({type: "paint", buffered: true}))`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			b.Fatal(err)
+		}
+		paints = append(paints, fcp)
+	}
+	rows, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#computer-rows tr").length`))
+	if err != nil || rows != 1000 {
+		b.Fatalf("the page has %d rows, want 1000 (%v)", rows, err)
+	}
+	b.ReportMetric(percentile(paints, 0.5), "first-contentful-paint-ms")
 }
