@@ -168,12 +168,12 @@ func serve(cmd *cobra.Command, o daemon.Options, dev bool, then ...func(*daemon.
 			return
 		}
 		fmt.Fprintf(out, "berth dev: ready at %s\n  export BERTH_URL=%s\n", url, url)
-		fmt.Fprintf(out, "  console: %s/ (sign in with SUPERVISOR_TOKEN)\n", strings.TrimSuffix(url, "/"))
 		if d.TokenGenerated || os.Getenv("SUPERVISOR_TOKEN") == "" {
 			fmt.Fprintf(out, "  export SUPERVISOR_TOKEN=%s\n", d.Token)
 		} else {
 			fmt.Fprintf(out, "  (SUPERVISOR_TOKEN is the one in your environment)\n")
 		}
+		fmt.Fprintf(out, "  console: %s/ (sign in with SUPERVISOR_TOKEN)\n", strings.TrimSuffix(url, "/"))
 		for _, f := range then {
 			f(d, url)
 		}
