@@ -230,6 +230,7 @@ func (c *Console) connect(w http.ResponseWriter, q request) {
 // agentData is an agent's page.
 type agentData struct {
 	Agent    string
+	Links    bool
 	Status   supervisor.StatusView
 	HasConn  bool
 	Overview supervisor.AgentOverview
@@ -252,7 +253,7 @@ func (c *Console) agentWith(w http.ResponseWriter, q request, status int, msg st
 		c.render(w, q.Request, e.Status, "error", v)
 		return
 	}
-	d := &agentData{Agent: agent, Limits: theLimits}
+	d := &agentData{Agent: agent, Limits: theLimits, Links: c.o.Link != nil}
 	st, err := c.svc.Status(q.ctx(), agent)
 	if err == nil {
 		d.Status, d.HasConn = st, true
@@ -335,4 +336,26 @@ func (c *Console) disconnect(w http.ResponseWriter, q request) {
 		c.svc.RecordAgent(q.ctx(), "computer.disconnect", agent)
 		return fmt.Sprintf("Agent %s disconnected: its session was stopped, then its connection and credentials removed.", agent), nil
 	})
+}
+
+// openLink sends the browser to a new live-view or terminal link of the
+// agent's running computer.
+func (c *Console) openLink(w http.ResponseWriter, q request) {
+	agent := q.PathValue("agent")
+	again := func(w http.ResponseWriter, q request, status int, msg string) { c.agentWith(w, q, status, msg) }
+	if c.o.Link == nil {
+		c.fail(w, q, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable, Message: "links are not available on this supervisor"}, again)
+		return
+	}
+	if err := c.inWorkspace(q, agent); err != nil {
+		c.fail(w, q, err, again)
+		return
+	}
+	url, err := c.o.Link(q.Request, agent, q.PostForm.Get("kind"))
+	if err != nil {
+		c.fail(w, q, err, again)
+		return
+	}
+	c.svc.RecordAgent(q.ctx(), "computer.link", agent)
+	http.Redirect(w, q.Request, url, http.StatusSeeOther)
 }

@@ -68,6 +68,10 @@ type Options struct {
 	Getenv func(string) string
 	// Lenders lists the lent machines; nil when no provider uses them.
 	Lenders func(context.Context) ([]Lender, error)
+	// Link issues a live-view or terminal URL for an agent (kind "view",
+	// "view-terminal" or "terminal"; apiserver.Handler.Link); nil hides
+	// those buttons.
+	Link func(r *http.Request, agent, kind string) (string, error)
 	// IdleTimeout ends idle sessions (default DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	Clock       clock.Clock
@@ -155,6 +159,7 @@ func (c *Console) routes() {
 	m.Handle("POST /agents/{agent}/start", c.post(c.start))
 	m.Handle("POST /agents/{agent}/stop", c.post(c.stop))
 	m.Handle("POST /agents/{agent}/disconnect", c.post(c.disconnect))
+	m.Handle("POST /agents/{agent}/open", c.post(c.openLink))
 	m.Handle("GET /sessions/{id}", c.page(c.session))
 	m.Handle("GET /attention", c.page(c.attention))
 	m.Handle("GET /attention/{agent}/confirm", c.page(c.confirmPage))
@@ -169,6 +174,9 @@ func (c *Console) routes() {
 		c.render(w, r, http.StatusNotFound, "error", &view{Title: "Not found", Error: fmt.Sprintf("There is no page at %s.", r.URL.Path)})
 	})
 }
+
+// SetLink sets Options.Link, before the console serves.
+func (c *Console) SetLink(f func(r *http.Request, agent, kind string) (string, error)) { c.o.Link = f }
 
 // SetLenders sets Options.Lenders, before the console serves.
 func (c *Console) SetLenders(f func(context.Context) ([]Lender, error)) { c.o.Lenders = f }

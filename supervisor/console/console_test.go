@@ -47,6 +47,7 @@ func newEnv(t *testing.T, tls bool) *env {
 		t.Fatal(err)
 	}
 	h := apiserver.New(sup.Service, sup.Token, nil)
+	con.SetLink(h.Link)
 	h.Console = con
 	e := &env{t: t, sup: sup, clk: clk}
 	if tls {
@@ -326,7 +327,7 @@ func TestWorkspaceKeySeesItsWorkspaceOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, path := range []string{"/agents/blue1/start", "/agents/blue1/disconnect", "/attention/blue1/confirm"} {
+	for _, path := range []string{"/agents/blue1/start", "/agents/blue1/disconnect", "/agents/blue1/open", "/attention/blue1/confirm"} {
 		res, body = b.post(path, url.Values{"removed": {"yes"}})
 		wantStatus(t, path, res, body, 404, "does not exist", "Nothing was changed")
 	}
@@ -434,6 +435,15 @@ func TestComputersFlowAndLiveTable(t *testing.T) {
 
 	res, body = b.get("/agents/ag1")
 	wantStatus(t, "agent page", res, body, 200, "Running", "Stop the session")
+
+	// A terminal link for the running computer; live view is off here.
+	res, body = b.post("/agents/ag1/open", url.Values{"kind": {"terminal"}})
+	wantStatus(t, "open terminal", res, body, 303)
+	if loc := res.Header.Get("Location"); !strings.HasPrefix(loc, e.srv.URL+"/terminal/s/") {
+		t.Fatalf("terminal link = %q", loc)
+	}
+	res, body = b.post("/agents/ag1/open", url.Values{"kind": {"view"}})
+	wantStatus(t, "open live view", res, body, 503, "live view is off on this supervisor")
 
 	// A recorded exec shows on the session's page with its exit code.
 	st, _ := e.sup.Service.Status(ctx, "ag1")
