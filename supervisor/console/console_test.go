@@ -16,6 +16,7 @@ import (
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/providers/browserbase"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
@@ -533,3 +534,52 @@ func TestPairCode(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { testkit.VerifyTestMain(m) }
+
+func TestProviderAnswerAtFirstStart(t *testing.T) {
+	e := newEnv(t, false)
+	e.sup.Agent(t, "a1", "", &supervisor.ConnectRequest{})
+	e.sup.Fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: fmt.Errorf("%w: the key was revoked", providers.ErrBadCredentials)})
+	b := e.browser()
+	b.signIn(e.sup.Token)
+	res, body := b.post("/agents/a1/start", nil)
+	if res.StatusCode < 400 || !strings.Contains(body, "credentials") || !strings.Contains(body, "Nothing was changed") {
+		t.Fatalf("start with refused credentials: %d\n%s", res.StatusCode, body)
+	}
+	if st, _ := e.sup.Service.Status(context.Background(), "a1"); st.Session != nil {
+		t.Fatalf("a refused start left a session: %+v", st.Session)
+	}
+}
+
+func TestCredentialFieldsFromDescriber(t *testing.T) {
+	sup := supervisortest.Start(t, supervisortest.Options{})
+	con, err := console.New(console.Options{Service: sup.Service, Token: sup.Token, DefaultProvider: fake.ID,
+		Providers: map[string]providers.Provider{fake.ID: sup.Fake, "browserbase": (*browserbase.Browserbase)(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup.Agent(t, "a1", "", nil)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	b := (&env{t: t, sup: sup, srv: srv}).browser()
+	b.signIn(sup.Token)
+	_, body := b.get("/computers")
+	for _, want := range []string{
+		`name="cred.browserbase.apiKey" type="password"`, `name="cred.browserbase.projectId" type="text"`,
+		`<legend>Credentials for browserbase</legend>`, `apiKey (required)`, `fake takes no credentials.`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the connect form lacks %s", want)
+		}
+	}
+	// Only the chosen provider's fields are sent: the fake takes none, so
+	// a stray browserbase key must not reach it.
+	res, body := b.post("/computers", url.Values{"agent": {"a1"}, "provider": {fake.ID}, "cred.browserbase.apiKey": {"secret-key-123"}})
+	wantStatus(t, "connect", res, body, 303)
+	if strings.Contains(body, "secret-key-123") {
+		t.Fatal("the page shows the credential")
+	}
+	res, body = b.post("/computers", url.Values{"agent": {"a1"}, "provider": {"nope"}, "cred.nope.apiKey": {"secret-key-123"}})
+	if strings.Contains(body, "secret-key-123") {
+		t.Fatalf("a refused form shows the credential again:\n%s", body)
+	}
+}
