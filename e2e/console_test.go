@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/daemon"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -191,7 +194,8 @@ func usageSeconds(s *super, key string) int64 {
 func TestConsole(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireChromium(t)
-	s := startSupervisor(t, "berth/test:latest")
+	// Docker, and the fault-injecting fake for an uncertain session.
+	s := startSupervisorEgress(t, "berth/test:latest", daemon.EgressOptions{Listen: ":0"}, "docker", fake.ID)
 	p := &consolePage{t: t, ctx: browser(t, testkit.Context(t)), base: s.url, csp: make(chan string, 16)}
 	if err := chromedp.Listen(p.ctx, func(ev any) {
 		if e, ok := ev.(*log.EventEntryAdded); ok && strings.Contains(e.Entry.Text, "Content Security Policy") {
@@ -295,6 +299,9 @@ func TestConsole(t *testing.T) {
 	p.waitText("#u-provider", "Seconds by provider")
 	p.waitText("main", fmt.Sprintf("%d s", after))
 	p.waitText("main", "console-ag")
+	if n := eval[int](p, "usage bars", `[...document.querySelectorAll("#u-provider ~ figure rect.bar title")].filter(t => t.textContent.includes("docker")).length`); n == 0 {
+		t.Fatal("the usage chart has no bar for docker")
+	}
 	p.check("usage", true)
 
 	// The session's tool calls.
@@ -321,29 +328,28 @@ func TestConsole(t *testing.T) {
 	p.waitText("main", "lent-laptop")
 	p.check("lenders", false)
 
-	// An uncertain session: a create whose reply was lost, as the store
-	// records it, on a second agent.
+	// An uncertain session: the fake provider loses the reply of a create
+	// started from the agent's page, and finds no machine afterwards.
 	s.must("POST", "/v1/agents", map[string]any{"id": "lost-ag", "name": "Lost", "workspace": "team"}, 201, nil)
-	s.must("POST", "/v1/computers", map[string]any{"agent": "lost-ag", "provider": "docker"}, 201, nil)
-	ctx := testkit.Context(t)
-	x, err := s.d.Store.Reserve(ctx, store.Reservation{Session: store.Session{ID: "s-lost", AgentID: "lost-ag", ComputerID: "c-lost",
-		AttemptID: "att-lost-0001", Provider: "docker", Image: "headless"}, Now: time.Now(), MinSeconds: 60})
-	if err != nil {
-		t.Fatal(err)
+	s.must("POST", "/v1/computers", map[string]any{"agent": "lost-ag", "provider": fake.ID}, 201, nil)
+	s.d.Providers[fake.ID].(*fake.Provider).SetFaults(fake.Faults{FailCreates: 1, CreateErr: errors.New("connection reset by peer")})
+	p.open("/agents/lost-ag")
+	p.run("start lost-ag", chromedp.Click(chromedp.CSS(`form[action="/agents/lost-ag/start"] button`)))
+	p.waitText(".msg.error", "Nothing was changed")
+	s.must("GET", "/v1/agents/lost-ag/computer", nil, 200, &status)
+	if status.Session == nil || status.Session.State != "uncertain" {
+		t.Fatalf("lost-ag after a lost create: %+v", status.Session)
 	}
-	y := x
-	y.State, y.LastError = store.StateUncertain, "create: connection reset by peer"
-	if err := s.d.Store.UpdateSession(ctx, y, x.State); err != nil {
-		t.Fatal(err)
-	}
+	lostSession := status.Session.ID
 	p.open("/attention")
-	p.waitText("main", "att-lost-0001")
+	p.waitText("main", "lost-ag")
+	p.waitText("main", "machine id lost")
 	p.check("attention", true)
 	p.run("to confirm", chromedp.Click(chromedp.CSS(`a[href="/attention/lost-ag/confirm"]`)))
 	p.waitText("main", "I checked the provider")
 	p.check("confirm", false)
 	p.run("confirm", chromedp.Click(chromedp.CSS("#removed")), chromedp.Submit(chromedp.CSS("#removed")))
-	p.waitText(".msg.ok", "Cleanup of session s-lost (agent lost-ag) confirmed")
+	p.waitText(".msg.ok", "Cleanup of session "+lostSession+" (agent lost-ag) confirmed")
 	p.waitText("main", "Nothing needs attention")
 	s.must("GET", "/v1/agents/lost-ag/computer", nil, 200, &status)
 	if status.Session != nil {
