@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 )
@@ -199,6 +200,16 @@ func (c *Console) connect(w http.ResponseWriter, q request) {
 		c.fail(w, q, err, again)
 		return
 	}
+	if req.Persistence = f.Get("persistence"); req.Persistence == api.PersistenceHome {
+		if req.IdleSleepSeconds, err = intField(f, "idleSleepSeconds"); err != nil {
+			c.fail(w, q, err, again)
+			return
+		}
+		if req.MaxCheckpoints, err = intField(f, "maxCheckpoints"); err != nil {
+			c.fail(w, q, err, again)
+			return
+		}
+	}
 	if req.Agent == "" {
 		c.fail(w, q, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: "agent: choose an agent"}, again)
 		return
@@ -231,6 +242,10 @@ func (c *Console) connect(w http.ResponseWriter, q request) {
 type agentData struct {
 	Agent    string
 	Links    bool
+	// Persistent is set for a connection that keeps its home; Checkpoints
+	// are then its checkpoints, oldest first.
+	Persistent  bool
+	Checkpoints []api.Archive
 	Status   supervisor.StatusView
 	HasConn  bool
 	Overview supervisor.AgentOverview
@@ -257,6 +272,13 @@ func (c *Console) agentWith(w http.ResponseWriter, q request, status int, msg st
 	st, err := c.svc.Status(q.ctx(), agent)
 	if err == nil {
 		d.Status, d.HasConn = st, true
+		if st.Connection.Persistence == api.PersistenceHome {
+			d.Persistent = true
+			if d.Checkpoints, err = c.svc.Checkpoints(q.ctx(), agent); err != nil && msg == "" {
+				e := supervisor.AsError(err)
+				status, msg = e.Status, "The checkpoints could not be listed: "+e.Message
+			}
+		}
 	} else if e := supervisor.AsError(err); e.Status != http.StatusNotFound {
 		status, msg = e.Status, e.Message
 	}
@@ -310,7 +332,7 @@ func (c *Console) limits(w http.ResponseWriter, q request) {
 
 func (c *Console) start(w http.ResponseWriter, q request) {
 	c.agentAction(w, q, func(agent string) (string, error) {
-		s, err := c.svc.Start(q.ctx(), agent)
+		s, err := c.svc.StartFrom(q.ctx(), agent, q.PostForm.Get("checkpoint"))
 		if err != nil {
 			return "", err
 		}
@@ -358,4 +380,24 @@ func (c *Console) openLink(w http.ResponseWriter, q request) {
 	}
 	c.svc.RecordAgent(q.ctx(), "computer.link", agent)
 	http.Redirect(w, q.Request, url, http.StatusSeeOther)
+}
+
+func (c *Console) checkpoint(w http.ResponseWriter, q request) {
+	c.agentAction(w, q, func(agent string) (string, error) {
+		a, err := c.svc.Checkpoint(q.ctx(), agent, api.CheckpointRequest{Name: strings.TrimSpace(q.PostForm.Get("name"))})
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Checkpoint %s of %s saved (%d bytes).", a.Name, agent, a.Bytes), nil
+	})
+}
+
+func (c *Console) deleteCheckpoint(w http.ResponseWriter, q request) {
+	c.agentAction(w, q, func(agent string) (string, error) {
+		name := q.PathValue("name")
+		if err := c.svc.DeleteCheckpoint(q.ctx(), agent, name); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Checkpoint %s of %s deleted.", name, agent), nil
+	})
 }

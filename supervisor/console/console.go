@@ -160,6 +160,8 @@ func (c *Console) routes() {
 	m.Handle("POST /agents/{agent}/stop", c.post(c.stop))
 	m.Handle("POST /agents/{agent}/disconnect", c.post(c.disconnect))
 	m.Handle("POST /agents/{agent}/open", c.post(c.openLink))
+	m.Handle("POST /agents/{agent}/checkpoints", c.post(c.checkpoint))
+	m.Handle("POST /agents/{agent}/checkpoints/{name}/delete", c.post(c.deleteCheckpoint))
 	m.Handle("GET /sessions/{id}", c.page(c.session))
 	m.Handle("GET /attention", c.page(c.attention))
 	m.Handle("GET /attention/{agent}/confirm", c.page(c.confirmPage))

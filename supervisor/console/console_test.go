@@ -583,3 +583,33 @@ func TestCredentialFieldsFromDescriber(t *testing.T) {
 		t.Fatalf("a refused form shows the credential again:\n%s", body)
 	}
 }
+
+func TestCheckpoints(t *testing.T) {
+	e := newEnv(t, false)
+	ctx := context.Background()
+	e.sup.Agent(t, "p1", "", nil)
+	b := e.browser()
+	b.signIn(e.sup.Token)
+	res, body := b.post("/computers", url.Values{"agent": {"p1"}, "provider": {fake.ID}, "persistence": {"home"}, "maxCheckpoints": {"-1"}})
+	wantStatus(t, "maxCheckpoints -1", res, body, 422, "maxCheckpoints: -1 is outside 0..")
+	res, body = b.post("/computers", url.Values{"agent": {"p1"}, "provider": {fake.ID}, "persistence": {"home"}, "maxCheckpoints": {"2"}})
+	wantStatus(t, "connect with a kept home", res, body, 303)
+	if st, _ := e.sup.Service.Status(ctx, "p1"); st.Connection.Persistence != "home" || st.Connection.MaxCheckpoints != 2 {
+		t.Fatalf("connection = %+v", st.Connection)
+	}
+	res, body = b.get("/agents/p1")
+	wantStatus(t, "agent page", res, body, 200, "Checkpoints", "No checkpoints.", "A checkpoint is taken of a running computer")
+	res, body = b.post("/agents/p1/start", nil)
+	wantStatus(t, "start", res, body, 303)
+	res, body = b.post("/agents/p1/checkpoints", url.Values{"name": {"cp1"}})
+	wantStatus(t, "checkpoint", res, body, 303)
+	res, body = b.get("/agents/p1")
+	wantStatus(t, "agent page with a checkpoint", res, body, 200, "Checkpoint cp1 of p1 saved", "<th scope=\"row\">cp1</th>")
+	res, body = b.post("/agents/p1/checkpoints", url.Values{"name": {"cp1"}})
+	wantStatus(t, "second cp1", res, body, 409, "exists", "Nothing was changed")
+	res, body = b.post("/agents/p1/checkpoints/cp1/delete", nil)
+	wantStatus(t, "delete", res, body, 303)
+	if cps, err := e.sup.Service.Checkpoints(ctx, "p1"); err != nil || len(cps) != 0 {
+		t.Fatalf("checkpoints after delete: %+v %v", cps, err)
+	}
+}
