@@ -233,6 +233,7 @@ func TestConsole(t *testing.T) {
 	p.run("create agent", chromedp.SendKeys(chromedp.CSS("#a-id"), "console-ag"), chromedp.SendKeys(chromedp.CSS("#a-name"), "Console agent"),
 		chromedp.SendKeys(chromedp.CSS("#a-ws"), "team"), chromedp.Submit(chromedp.CSS("#a-id")))
 	p.waitText(".msg.ok", "Agent console-ag created in workspace team")
+	p.check("computers-connect", false) // with the connect form
 	// A lease outside 60..900 first: the Service's message, nothing made.
 	p.run("connect with lease 30", chromedp.SetValue(chromedp.CSS("#c-agent"), "console-ag"), chromedp.SetValue(chromedp.CSS("#c-provider"), "docker"),
 		chromedp.SetValue(chromedp.CSS("#c-lease"), "30"), chromedp.Submit(chromedp.CSS("#c-lease")))
