@@ -164,6 +164,7 @@ func (c *Console) routes() {
 	m.Handle("POST /agents/{agent}/checkpoints/{name}/delete", c.post(c.deleteCheckpoint))
 	m.Handle("GET /sessions/{id}", c.page(c.session))
 	m.Handle("GET /attention", c.page(c.attention))
+	m.Handle("GET /live/attention", c.page(c.liveAttention))
 	m.Handle("GET /attention/{agent}/confirm", c.page(c.confirmPage))
 	m.Handle("POST /attention/{agent}/confirm", c.post(c.confirm))
 	m.Handle("GET /usage", c.page(c.usage))
@@ -209,7 +210,9 @@ type view struct {
 	Signed bool
 	// Operator is true for the operator's sessions (token or operator key).
 	Operator bool
-	Data     any
+	// Attention is how many sessions need attention, for the menu.
+	Attention int
+	Data      any
 }
 
 // request is a signed-in request.
@@ -390,6 +393,15 @@ func (c *Console) signout(w http.ResponseWriter, q request) {
 // render executes a page's template into a buffer, then writes it, so
 // that a failing template never leaves half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, page string, v *view) {
+	if v.Signed {
+		ws := ""
+		if p := supervisor.PrincipalOf(r.Context()); p.Scope == store.ScopeWorkspace {
+			ws = p.Workspace
+		}
+		if xs, err := c.svc.Attention(r.Context(), ws); err == nil {
+			v.Attention = len(xs)
+		}
+	}
 	var buf bytes.Buffer
 	if err := c.tmpl[page].Execute(&buf, v); err != nil {
 		c.log.Error("render", "page", page, "err", err)

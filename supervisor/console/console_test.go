@@ -488,6 +488,21 @@ func TestConfirmCleanup(t *testing.T) {
 	b.signIn(e.sup.Token)
 	res, body := b.get("/attention")
 	wantStatus(t, "attention", res, body, 200, "u1", "Uncertain", "machine id lost", "dev.berth.attempt")
+	if !strings.Contains(body, "Needs attention (1)") {
+		t.Fatal("the menu does not count the session needing attention")
+	}
+	res, body = b.get("/live/attention")
+	wantStatus(t, "live attention", res, body, 200, "u1")
+	req, _ := http.NewRequest("GET", e.srv.URL+"/live/attention", nil)
+	req.Header.Set("If-None-Match", res.Header.Get("ETag"))
+	if res, _ := b.do(req); res.StatusCode != http.StatusNotModified {
+		t.Fatalf("unchanged attention table: %d, want 304", res.StatusCode)
+	}
+	red := e.browser()
+	red.signIn(e.key(store.ScopeWorkspace, "red", ""))
+	if res, body := red.get("/live/attention"); res.StatusCode != 200 || strings.Contains(body, "u1") {
+		t.Fatalf("a red key sees another workspace's session: %d\n%s", res.StatusCode, body)
+	}
 	res, body = b.get("/attention/u1/confirm")
 	wantStatus(t, "confirm step", res, body, 200, "I checked the provider", "Confirm provider cleanup")
 	res, body = b.post("/attention/u1/confirm", nil)

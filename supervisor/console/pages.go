@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"encoding/csv"
 	"fmt"
 	"net/http"
@@ -45,6 +46,27 @@ func (c *Console) attentionWith(w http.ResponseWriter, q request, status int, ms
 	v := q.view("Needs attention", "attention", xs)
 	v.Error = msg
 	c.render(w, q.Request, status, "attention", v)
+}
+
+// liveAttention answers the attention table's rows, for the page's
+// script; 304 when they have not changed.
+func (c *Console) liveAttention(w http.ResponseWriter, q request) {
+	xs, err := c.svc.Attention(q.ctx(), q.workspace())
+	if err != nil {
+		http.Error(w, "the sessions could not be listed", http.StatusInternalServerError)
+		return
+	}
+	var buf bytes.Buffer
+	if err := c.tmpl["attention"].ExecuteTemplate(&buf, "attentionRows", q.view("", "", xs)); err != nil {
+		c.log.Error("render live attention", "err", err)
+		http.Error(w, "the table could not be drawn", http.StatusInternalServerError)
+		return
+	}
+	if etag(w, q.Request, buf.Bytes()) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(buf.Bytes())
 }
 
 // confirmPage is the confirmation step before "Confirm provider cleanup".

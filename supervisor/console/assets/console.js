@@ -29,33 +29,34 @@
     });
   });
 
-  // Live table: poll every few seconds, send the last ETag, swap the rows
+  // Live tables: poll every few seconds, send the last ETag, swap the rows
   // only when they changed and focus is not inside them.
-  var body = document.querySelector("tbody[data-live]");
-  if (!body || !window.fetch) { return; }
-  var url = body.getAttribute("data-live");
   var status = document.getElementById("live-status");
-  var tag = "";
   var every = 4000;
-  var tick = function () {
-    if (document.hidden) { return setTimeout(tick, every); }
-    var headers = {};
-    if (tag) { headers["If-None-Match"] = tag; }
-    fetch(url, { headers: headers, credentials: "same-origin", cache: "no-store" }).then(function (r) {
-      if (r.status === 304) { return null; }
-      if (!r.ok) { throw new Error("status " + r.status); }
-      return r.text().then(function (html) { return { html: html, tag: r.headers.get("ETag") || "" }; });
-    }).then(function (got) {
-      // While focus is in the table the rows stay; the next poll retries.
-      if (got !== null && !body.contains(document.activeElement)) {
-        body.innerHTML = got.html;
-        tag = got.tag;
-        body.setAttribute("data-updated", String(Date.now()));
-        if (status) { status.textContent = "Table updated at " + new Date().toLocaleTimeString() + "."; }
-      }
-    }).catch(function () {
-      if (status) { status.textContent = "Could not refresh the table; retrying."; }
-    }).then(function () { setTimeout(tick, every); });
-  };
-  setTimeout(tick, every);
+  document.querySelectorAll("tbody[data-live]").forEach(function (body) {
+    if (!window.fetch) { return; }
+    var url = body.getAttribute("data-live");
+    var tag = "";
+    var tick = function () {
+      if (document.hidden) { return setTimeout(tick, every); }
+      var headers = {};
+      if (tag) { headers["If-None-Match"] = tag; }
+      fetch(url, { headers: headers, credentials: "same-origin", cache: "no-store" }).then(function (r) {
+        if (r.status === 304) { return null; }
+        if (!r.ok) { throw new Error("status " + r.status); }
+        return r.text().then(function (html) { return { html: html, tag: r.headers.get("ETag") || "" }; });
+      }).then(function (got) {
+        // While focus is in the table the rows stay; the next poll retries.
+        if (got !== null && !body.contains(document.activeElement)) {
+          body.innerHTML = got.html;
+          tag = got.tag;
+          body.setAttribute("data-updated", String(Date.now()));
+          if (status) { status.textContent = "Table updated at " + new Date().toLocaleTimeString() + "."; }
+        }
+      }).catch(function () {
+        if (status) { status.textContent = "Could not refresh the table; retrying."; }
+      }).then(function () { setTimeout(tick, every); });
+    };
+    setTimeout(tick, every);
+  });
 })();
