@@ -240,16 +240,16 @@ func (c *Console) connect(w http.ResponseWriter, q request) {
 
 // agentData is an agent's page.
 type agentData struct {
-	Agent    string
-	Links    bool
+	Agent string
+	Links bool
 	// Persistent is set for a connection that keeps its home; Checkpoints
 	// are then its checkpoints, oldest first.
 	Persistent  bool
 	Checkpoints []api.Archive
-	Status   supervisor.StatusView
-	HasConn  bool
-	Overview supervisor.AgentOverview
-	Limits   limits
+	Status      supervisor.StatusView
+	HasConn     bool
+	Overview    supervisor.AgentOverview
+	Limits      limits
 }
 
 func (c *Console) agent(w http.ResponseWriter, q request) {
