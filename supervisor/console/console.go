@@ -257,7 +257,8 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (request,
 		c.signinAgain(w, r, "Sign in to use the console.")
 		return request{}, false
 	}
-	s, ok, expired := c.sess.get(ck.Value)
+	// The tables' polling is not a use: a tab left open still expires.
+	s, ok, expired := c.sess.get(ck.Value, !strings.HasPrefix(r.URL.Path, "/live/"))
 	if !ok {
 		msg := "Your console session is unknown or has ended (a supervisor restart signs everyone out); sign in again."
 		if expired {

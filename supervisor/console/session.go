@@ -75,9 +75,10 @@ func (s *sessions) create(p supervisor.Principal, secret string) *session {
 	return x
 }
 
-// get returns the session of id and marks it used; expired is true when
-// the session existed but was idle too long (it is then removed).
-func (s *sessions) get(id string) (x session, ok, expired bool) {
+// get returns the session of id, marking it used when touch is set;
+// expired is true when the session existed but was idle too long (it is
+// then removed).
+func (s *sessions) get(id string, touch bool) (x session, ok, expired bool) {
 	now := s.clk.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -89,7 +90,9 @@ func (s *sessions) get(id string) (x session, ok, expired bool) {
 		delete(s.m, id)
 		return session{}, false, true
 	}
-	y.last = now
+	if touch {
+		y.last = now
+	}
 	x = *y
 	y.flash = ""
 	return x, true, false
