@@ -52,7 +52,7 @@ func drawChart(s usageSeries) chart {
 				Title: fmt.Sprintf("%s, %s: %s", d.Day, s.Keys[k], duration(sec))})
 		}
 		if i%7 == 0 || (i == len(s.Days)-1 && i%7 >= 4) {
-			c.Ticks = append(c.Ticks, tick{X: x, Y: h - 8, Text: d.Day[5:]})
+			c.Ticks = append(c.Ticks, tick{X: x + step/2, Y: h - 8, Text: d.Day[5:]})
 		}
 	}
 	return c
