@@ -75,7 +75,7 @@ fuzz: ## run each fuzz target for FUZZ_TIME (10s)
 # way round), its loopback baseline swinging from run to run. The load
 # average before and after goes with the table, the machine being shared.
 BENCH_TABLE := $(GO) run ./e2e/benchtable
-BENCH_PKGS ?= ./supervisor/store/... ./internal/objstore/ ./egress/ ./relay/... ./agent/lender/ ./app/ui/
+BENCH_PKGS ?= ./supervisor/store/... ./internal/objstore/ ./egress/ ./relay/... ./agent/lender/ ./app/ui/ ./supervisor/console/
 BENCH_TIMEOUT ?= 30m
 # The persistence benchmarks move a GiB per loop: three loops each.
 BENCH_HOMES = Sleep1GiB|Wake1GiB|CheckpointExec|SleepWakeS3

@@ -275,15 +275,12 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if r.LeaseSeconds != nil {
 		lease = *r.LeaseSeconds
 	}
-	if lease < MinLeaseSeconds || lease > MaxLeaseSeconds {
-		return c, limitf("leaseSeconds: %d is outside %d..%d", lease, MinLeaseSeconds, MaxLeaseSeconds)
-	}
 	daily := max(DefaultDailySeconds, lease)
 	if r.DailySeconds != nil {
 		daily = *r.DailySeconds
 	}
-	if daily < lease || daily > MaxDailySeconds {
-		return c, limitf("dailySeconds: %d is outside leaseSeconds (%d)..%d", daily, lease, MaxDailySeconds)
+	if err := checkLimits(lease, daily); err != nil {
+		return c, err
 	}
 	if r.Image == "" {
 		r.Image = providers.ImageHeadless
@@ -336,6 +333,17 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	}
 	s.log.Info("connected", "agent", r.Agent, "provider", r.Provider, "lease", lease, "daily", daily, "persistence", r.Persistence)
 	return c, nil
+}
+
+// checkLimits checks a connection's lease and daily budget.
+func checkLimits(lease, daily int) error {
+	if lease < MinLeaseSeconds || lease > MaxLeaseSeconds {
+		return limitf("leaseSeconds: %d is outside %d..%d", lease, MinLeaseSeconds, MaxLeaseSeconds)
+	}
+	if daily < lease || daily > MaxDailySeconds {
+		return limitf("dailySeconds: %d is outside leaseSeconds (%d)..%d", daily, lease, MaxDailySeconds)
+	}
+	return nil
 }
 
 func credentialsAD(agent string) string { return "connection/" + agent }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -172,6 +173,7 @@ func serve(cmd *cobra.Command, o daemon.Options, dev bool, then ...func(*daemon.
 		} else {
 			fmt.Fprintf(out, "  (SUPERVISOR_TOKEN is the one in your environment)\n")
 		}
+		fmt.Fprintf(out, "  console: %s/ (sign in with SUPERVISOR_TOKEN)\n", strings.TrimSuffix(url, "/"))
 		for _, f := range then {
 			f(d, url)
 		}

@@ -115,6 +115,9 @@ var targets = map[string]target{
 	"e2e BenchmarkPortPreview added-ms":                                 atMost(2, "ms (p50 added over direct)"),
 	"e2e BenchmarkPortPreview preview-MB/s":                             ratioAtLeast(0.5),
 	"e2e BenchmarkBrowserSnapshot rest-snapshot-ms":                     atMost(300, "ms (p50, 1,000 elements)"),
+	"console BenchmarkComputersPage/computers p50-ms":                   atMost(50, "ms (p50, 1,000 agents with sessions)"),
+	"console BenchmarkComputersPage/live-computers p50-ms":              atMost(50, "ms (p50, 1,000 agents with sessions)"),
+	"e2e BenchmarkConsoleFirstPaint first-contentful-paint-ms":          atMost(500, "ms (p50, 1,000 agents with sessions)"),
 }
 
 var baselinePrefixes = []string{"bare-", "direct-", "docker-", "base-"}

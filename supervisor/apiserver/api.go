@@ -57,6 +57,11 @@ type Handler struct {
 	pairLimit *limiter // unauthenticated pairing, per client address
 
 	links *terminalLinks // terminal page links (terminalpage.go)
+
+	// Console serves what no API route does, but for paths under /v1/
+	// (the operator's console, supervisor/console); nil: such requests
+	// are answered 404 in the API's error envelope.
+	Console http.Handler
 }
 
 // New returns the API handler. token is the operator's SUPERVISOR_TOKEN.
@@ -97,6 +102,10 @@ func (h *Handler) routes() {
 
 // noRoute answers a request no route serves.
 func (h *Handler) noRoute(w http.ResponseWriter, r *http.Request) {
+	if h.Console != nil && r.URL.Path != "/v1" && !strings.HasPrefix(r.URL.Path, "/v1/") {
+		h.Console.ServeHTTP(w, r)
+		return
+	}
 	writeError(w, &supervisor.Error{Status: http.StatusNotFound, Code: supervisor.CodeNotFound, Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 }
 

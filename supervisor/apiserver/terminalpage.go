@@ -160,3 +160,39 @@ func (h *Handler) terminalPageSocket(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(supervisor.WithPrincipal(r.Context(), k.by))
 	h.serveTerminal(w, r, k.agent, req)
 }
+
+// Link issues, for the operator's console, what POST .../computer/view
+// (kind "view", or "view-terminal" with the terminal beside the screen)
+// and POST .../computer/terminal/link (kind "terminal") answer: a URL to
+// open in the browser. The caller has checked that r's principal may use
+// the agent.
+func (h *Handler) Link(r *http.Request, agent, kind string) (string, error) {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	base := scheme + "://" + r.Host
+	switch kind {
+	case "terminal":
+		token, err := h.issueTerminalLink(r, agent)
+		if err != nil {
+			return "", err
+		}
+		return base + "/terminal/s/" + token + "/", nil
+	case "view", "view-terminal":
+		if h.Views == nil {
+			return "", &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable,
+				Message: "live view is off on this supervisor (set TURN_LISTEN, or run berth dev)"}
+		}
+		g, err := h.Views.Issue(r.Context(), agent, base)
+		if err != nil || kind == "view" {
+			return g.URL, err
+		}
+		token, err := h.issueTerminalLink(r, agent)
+		if err != nil {
+			return "", err
+		}
+		return g.URL + "#terminal=" + token, nil
+	}
+	return "", &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: fmt.Sprintf("kind: %q must be view, view-terminal or terminal", kind)}
+}

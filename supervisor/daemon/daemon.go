@@ -30,6 +30,7 @@ import (
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
+	"github.com/berthdev/berth/supervisor/console"
 	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
@@ -337,6 +338,17 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	if err := d.startLiveView(h, tokens); err != nil {
 		return fail(err)
 	}
+	cons, err := console.New(console.Options{
+		Service: d.Service, Token: d.Token, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
+		Getenv: o.Getenv, Logger: o.Logger, Link: h.Link,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if ll := d.lenderLister(); ll != nil {
+		cons.SetLenders(d.consoleLenders(h.Lenders))
+	}
+	h.Console = cons
 	d.Handler = h
 	return d, nil
 }
@@ -443,6 +455,35 @@ func (d *Daemon) lenders(ll providers.LenderLister) func(context.Context) ([]api
 				l.Name = c.Name
 			}
 			out = append(out, l)
+		}
+		return out, nil
+	}
+}
+
+// consoleLenders lists the lent machines for the console: the relay's
+// presence with the computers each runs now.
+func (d *Daemon) consoleLenders(list func(context.Context) ([]apiserver.Lender, error)) func(context.Context) ([]console.Lender, error) {
+	return func(ctx context.Context) ([]console.Lender, error) {
+		ls, err := list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		live, err := d.Store.SessionsByState(ctx, store.StateStarting, store.StateRunning)
+		if err != nil {
+			return nil, err
+		}
+		running := map[string]int{}
+		for _, x := range live {
+			if lp, ok := d.Providers[x.Provider].(supervisor.LendingProvider); ok && x.MachineID != "" {
+				if id, ok := lp.LenderOf(x.MachineID); ok {
+					running[id]++
+				}
+			}
+		}
+		out := make([]console.Lender, 0, len(ls))
+		for _, l := range ls {
+			out = append(out, console.Lender{ID: l.ID, Name: l.Name, Online: l.Online, ConnectedAt: l.ConnectedAt,
+				LastSeen: l.LastSeen, Version: l.Version, Computers: running[l.ID]})
 		}
 		return out, nil
 	}

@@ -42,6 +42,9 @@ type Calls interface {
 	// returns ErrStale when the call is no longer pending under owner.
 	FinishCall(ctx context.Context, key, owner string, status int, response []byte, now time.Time) error
 	GetCall(ctx context.Context, key string) (Call, error)
+	// AgentCalls lists the agent's call records created in [from, to),
+	// oldest first, at most limit of them.
+	AgentCalls(ctx context.Context, agentID string, from, to time.Time, limit int) ([]Call, error)
 	// PurgeCalls deletes records created before before.
 	PurgeCalls(ctx context.Context, before time.Time) (int64, error)
 

@@ -142,12 +142,17 @@ type Store interface {
 	GetAgent(ctx context.Context, id string) (Agent, error)
 	// AgentsIn lists the agents of a workspace.
 	AgentsIn(ctx context.Context, workspace string) ([]Agent, error)
+	// Agents lists every agent, by id.
+	Agents(ctx context.Context) ([]Agent, error)
 	// DeleteAgent removes an agent that has no connection left.
 	DeleteAgent(ctx context.Context, id string) error
 
 	// CreateConnection fails with ErrConflict when the agent has one.
 	CreateConnection(ctx context.Context, c Connection) error
 	GetConnection(ctx context.Context, agentID string) (Connection, error)
+	// SetConnectionLimits changes a connection's lease and daily budget;
+	// ErrNotFound when the agent has no connection.
+	SetConnectionLimits(ctx context.Context, agentID string, leaseSeconds, dailySeconds int) error
 	// Connections lists every connection, by agent id.
 	Connections(ctx context.Context) ([]Connection, error)
 	DeleteConnection(ctx context.Context, agentID string) error

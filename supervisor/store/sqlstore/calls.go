@@ -61,6 +61,12 @@ func (s *Store) GetCall(ctx context.Context, key string) (store.Call, error) {
 	return c, err
 }
 
+// AgentCalls implements store.Calls.
+func (s *Store) AgentCalls(ctx context.Context, agentID string, from, to time.Time, limit int) ([]store.Call, error) {
+	return queryAll(ctx, s.db, s.q(`SELECT `+callCols+` FROM calls WHERE agent_id = ? AND created_at >= ? AND created_at < ? ORDER BY created_at, key LIMIT ?`),
+		[]any{agentID, ms(from), ms(to), limit}, scanCall)
+}
+
 // PurgeCalls implements store.Calls.
 func (s *Store) PurgeCalls(ctx context.Context, before time.Time) (int64, error) {
 	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM calls WHERE created_at < ?`), ms(before))

@@ -193,6 +193,11 @@ func (s *Store) AgentsIn(ctx context.Context, workspace string) ([]store.Agent, 
 	return queryAll(ctx, s.db, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), []any{workspace}, scanAgent)
 }
 
+// Agents implements store.Store.
+func (s *Store) Agents(ctx context.Context) ([]store.Agent, error) {
+	return queryAll(ctx, s.db, `SELECT `+agentCols+` FROM agents ORDER BY id`, nil, scanAgent)
+}
+
 // DeleteAgent implements store.Store.
 func (s *Store) DeleteAgent(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM agents WHERE id = ?`), id)
@@ -251,6 +256,18 @@ func (s *Store) GetConnection(ctx context.Context, agentID string) (store.Connec
 		return c, fmt.Errorf("connection for agent %s: %w", agentID, store.ErrNotFound)
 	}
 	return c, err
+}
+
+// SetConnectionLimits implements store.Store.
+func (s *Store) SetConnectionLimits(ctx context.Context, agentID string, leaseSeconds, dailySeconds int) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE connections SET lease_seconds = ?, daily_seconds = ? WHERE agent_id = ?`), leaseSeconds, dailySeconds, agentID)
+	if err != nil {
+		return fmt.Errorf("set the limits of %s: %w", agentID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("connection for agent %s: %w", agentID, store.ErrNotFound)
+	}
+	return nil
 }
 
 // Connections implements store.Store.

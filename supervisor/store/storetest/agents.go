@@ -38,6 +38,10 @@ func testAgents(t *testing.T, s store.Store) {
 	if err != nil || len(in) != 2 || in[0].ID != "a1" || in[1].ID != "a2" {
 		t.Errorf("AgentsIn(research) = %+v, %v; want a1, a2", in, err)
 	}
+	all, err := s.Agents(ctx)
+	if err != nil || len(all) != 3 || all[0].ID != "a1" || all[1].ID != "a2" || all[2].ID != "b1" {
+		t.Errorf("Agents = %+v, %v; want a1, a2, b1", all, err)
+	}
 	if err := s.DeleteAgent(ctx, "a2"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +89,12 @@ func testConnections(t *testing.T, s store.Store) {
 	second.Provider = "docker"
 	wantErr(t, s.CreateConnection(ctx, second), store.ErrConflict, "second connection")
 	check(c)
+	if err := s.SetConnectionLimits(ctx, "a1", 300, 1200); err != nil {
+		t.Fatal(err)
+	}
+	c.LeaseSeconds, c.DailySeconds = 300, 1200
+	check(c)
+	wantErr(t, s.SetConnectionLimits(ctx, "nobody", 300, 1200), store.ErrNotFound, "limits of an unknown connection")
 
 	if err := s.DeleteConnection(ctx, "a1"); err != nil {
 		t.Fatal(err)

@@ -63,6 +63,23 @@ func testCalls(t *testing.T, s store.Store) {
 	}
 	_, err = s.GetCall(ctx, "a1/none")
 	wantErr(t, err, store.ErrNotFound, "unknown call")
+
+	// The agent's calls in a window, oldest first.
+	for i, k := range []string{"a1/k2", "a1/k3", "a1/k4"} {
+		if _, _, err := s.BeginCall(ctx, store.Call{Key: k, AgentID: "a1", Tool: "write_file", RequestHash: "h", Owner: "sup-1", CreatedAt: at(time.Duration(i+1) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := s.BeginCall(ctx, store.Call{Key: "b1/k1", AgentID: "b1", Tool: "exec", RequestHash: "h", Owner: "sup-1", CreatedAt: at(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := s.AgentCalls(ctx, "a1", at(30*time.Second), at(3*time.Minute), 10)
+	if err != nil || len(calls) != 2 || calls[0].Key != "a1/k2" || calls[1].Key != "a1/k3" {
+		t.Errorf("AgentCalls(a1, 30 s, 3 min) = %+v, %v; want a1/k2, a1/k3", calls, err)
+	}
+	if calls, err := s.AgentCalls(ctx, "a1", t0, at(time.Hour), 2); err != nil || len(calls) != 2 || calls[0].Key != "a1/k1" {
+		t.Errorf("AgentCalls with limit 2 = %+v, %v", calls, err)
+	}
 }
 
 func testPurgeCalls(t *testing.T, s store.Store) {
