@@ -72,6 +72,11 @@ type Options struct {
 	// "view-terminal" or "terminal"; apiserver.Handler.Link); nil hides
 	// those buttons.
 	Link func(r *http.Request, agent, kind string) (string, error)
+	// PublicURL is the supervisor's URL as browsers reach it
+	// (BERTH_PUBLIC_URL). When TLS ends at a proxy in front of the
+	// supervisor, an https PublicURL makes the session cookie Secure and
+	// is the origin forms are accepted from.
+	PublicURL string
 	// IdleTimeout ends idle sessions (default DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	Clock       clock.Clock
@@ -267,14 +272,14 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (request,
 		if r.Method == http.MethodPost {
 			msg += " Nothing was changed."
 		}
-		setCookie(w, r, "", -1)
+		setCookie(w, r, c.o.PublicURL, "", -1)
 		c.signinAgain(w, r, msg)
 		return request{}, false
 	}
 	p, err := c.principal(r.Context(), s.secret)
 	if err != nil {
 		c.sess.remove(s.id)
-		setCookie(w, r, "", -1)
+		setCookie(w, r, c.o.PublicURL, "", -1)
 		c.signinAgain(w, r, "Your key is no longer accepted ("+supervisor.AsError(err).Message+"); sign in again.")
 		return request{}, false
 	}
@@ -296,7 +301,7 @@ func (c *Console) page(fn pageFunc) http.Handler {
 // the session's CSRF token; it refuses anything else with nothing done.
 func (c *Console) post(fn pageFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !sameOrigin(r) {
+		if !sameOrigin(r, c.o.PublicURL) {
 			c.render(w, r, http.StatusForbidden, "error", &view{Title: "Refused",
 				Error: "This form was posted from another site; the console only takes forms from its own pages. Nothing was changed."})
 			return
@@ -345,7 +350,7 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !sameOrigin(r, c.o.PublicURL) {
 		c.render(w, r, http.StatusForbidden, "signin", &view{Title: "Sign in", Error: "This sign-in was posted from another site; it was refused."})
 		return
 	}
@@ -376,7 +381,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := c.sess.create(p, secret)
-	setCookie(w, r, s.id, 0)
+	setCookie(w, r, c.o.PublicURL, s.id, 0)
 	c.log.Info("signed in", "actor", p.Actor, "scope", p.Scope)
 	next := r.PostForm.Get("next")
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
@@ -387,7 +392,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) signout(w http.ResponseWriter, q request) {
 	c.sess.remove(q.s.id)
-	setCookie(w, q.Request, "", -1)
+	setCookie(w, q.Request, c.o.PublicURL, "", -1)
 	c.render(w, q.Request, http.StatusOK, "signin", &view{Title: "Sign in", Flash: "You are signed out."})
 }
 

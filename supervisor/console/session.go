@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,8 +121,9 @@ func validCSRF(x session, got string) bool {
 }
 
 // sameOrigin refuses what a browser marks as sent from another site, or
-// with an Origin that is not the page's own.
-func sameOrigin(r *http.Request) bool {
+// with an Origin that is neither the page's own nor public's (the
+// supervisor's public URL, when TLS ends at a proxy before it).
+func sameOrigin(r *http.Request, public string) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "same-origin", "none":
 	default:
@@ -134,12 +137,18 @@ func sameOrigin(r *http.Request) bool {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	return origin == scheme+"://"+r.Host
+	if origin == scheme+"://"+r.Host {
+		return true
+	}
+	u, err := url.Parse(public)
+	return err == nil && u.Scheme != "" && u.Host != "" && origin == u.Scheme+"://"+u.Host
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+// setCookie sets the session cookie: Secure when the request came over
+// TLS, or the supervisor's public URL is https.
+func setCookie(w http.ResponseWriter, r *http.Request, public, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
-		Name: CookieName, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		Name: CookieName, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil || strings.HasPrefix(public, "https://"),
 		SameSite: http.SameSiteStrictMode, MaxAge: maxAge,
 	})
 }
