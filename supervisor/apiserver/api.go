@@ -15,6 +15,7 @@ import (
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/httpjson"
+	"github.com/berthdev/berth/internal/ratelimit"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
@@ -53,8 +54,8 @@ type Handler struct {
 	// preview links (BERTH_PUBLIC_URL); empty: the URL each request came to.
 	PublicURL string
 
-	keyLimit  *limiter // per key (SetRateLimit)
-	pairLimit *limiter // unauthenticated pairing, per client address
+	keyLimit  *ratelimit.Limiter // per key (SetRateLimit)
+	pairLimit *ratelimit.Limiter // unauthenticated pairing, per client address
 
 	links *terminalLinks // terminal page links (terminalpage.go)
 
@@ -70,7 +71,7 @@ func New(svc *supervisor.Service, token string, log *slog.Logger) *Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{svc: svc, token: token, log: log.With("component", "api"), mux: http.NewServeMux(),
-		keyLimit: newLimiter(DefaultRate, DefaultBurst), pairLimit: newLimiter(PairRate, PairBurst)}
+		keyLimit: ratelimit.New(DefaultRate, DefaultBurst), pairLimit: ratelimit.New(PairRate, PairBurst)}
 	h.routes()
 	return h
 }

@@ -6,10 +6,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/berthdev/berth/internal/httpjson"
+	"github.com/berthdev/berth/internal/ratelimit"
 	"github.com/berthdev/berth/supervisor"
 )
 
@@ -24,75 +24,19 @@ const (
 	// address: 5 a minute.
 	PairRate  = 5.0 / 60
 	PairBurst = 5
-	// maxBuckets bounds a limiter's memory; full, idle buckets are dropped
-	// when it is reached.
-	maxBuckets = 10000
 )
-
-// limiter is a set of token buckets by name. Buckets live in this process:
-// each supervisor sharing a store limits on its own.
-type limiter struct {
-	mu      sync.Mutex
-	rate    float64 // tokens a second; 0 or less: no limit
-	burst   float64
-	now     func() time.Time
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-func newLimiter(rate float64, burst int) *limiter {
-	return &limiter{rate: rate, burst: float64(max(burst, 1)), now: time.Now, buckets: map[string]*bucket{}}
-}
-
-// take takes a token of name's bucket; when there is none it returns how
-// long until one comes.
-func (l *limiter) take(name string) (ok bool, wait time.Duration) {
-	if l == nil || l.rate <= 0 {
-		return true, 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	b := l.buckets[name]
-	if b == nil {
-		if len(l.buckets) >= maxBuckets {
-			l.prune(now)
-		}
-		b = &bucket{tokens: l.burst, at: now}
-		l.buckets[name] = b
-	}
-	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
-	b.at = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
-}
-
-func (l *limiter) prune(now time.Time) {
-	for k, b := range l.buckets {
-		if b.tokens+now.Sub(b.at).Seconds()*l.rate >= l.burst {
-			delete(l.buckets, k)
-		}
-	}
-}
 
 // SetRateLimit sets the per-key token bucket: rate requests a second with
 // bursts of burst (API_RATE, API_BURST). A rate of 0 or less turns the
 // limit off.
 func (h *Handler) SetRateLimit(rate float64, burst int) {
-	h.keyLimit = newLimiter(rate, burst)
+	h.keyLimit = ratelimit.New(rate, burst)
 }
 
 // SetPairLimit sets the per-address limit of unauthenticated pairing (by
 // default PairRate and PairBurst); a rate of 0 or less turns it off.
 func (h *Handler) SetPairLimit(rate float64, burst int) {
-	h.pairLimit = newLimiter(rate, burst)
+	h.pairLimit = ratelimit.New(rate, burst)
 }
 
 // limit takes a token of the actor's bucket, answering 429 with
@@ -102,9 +46,9 @@ func (h *Handler) limit(w http.ResponseWriter, actor string) bool {
 	if actor == supervisor.ActorOperator {
 		return true
 	}
-	ok, wait := h.keyLimit.take(actor)
+	ok, wait := h.keyLimit.Take(actor)
 	if !ok {
-		tooMany(w, wait, fmt.Sprintf("rate limit: at most %g requests a second (bursts of %g) per key; retry later", h.keyLimit.rate, h.keyLimit.burst))
+		tooMany(w, wait, fmt.Sprintf("rate limit: at most %g requests a second (bursts of %g) per key; retry later", h.keyLimit.Rate(), h.keyLimit.Burst()))
 	}
 	return ok
 }
@@ -115,7 +59,7 @@ func (h *Handler) limitPair(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		addr = r.RemoteAddr
 	}
-	ok, wait := h.pairLimit.take(addr)
+	ok, wait := h.pairLimit.Take(addr)
 	if !ok {
 		tooMany(w, wait, "too many pairing attempts from this address: at most 5 a minute; retry later")
 	}

@@ -17,12 +17,16 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"math"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/ratelimit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store"
@@ -40,6 +44,13 @@ var assetFS embed.FS
 
 // maxFormBytes bounds a form post.
 const maxFormBytes = 64 << 10
+
+// SigninRate and SigninBurst limit sign-in attempts per client address:
+// 10 a minute.
+const (
+	SigninRate  = 10.0 / 60
+	SigninBurst = 10
+)
 
 // Lender is a lent machine as the relay reports it.
 type Lender struct {
@@ -93,6 +104,8 @@ type Console struct {
 	mux    *http.ServeMux
 	sess   *sessions
 	assets http.Handler
+	// signins limits sign-in attempts per client address.
+	signins *ratelimit.Limiter
 }
 
 // pages are the templates rendered with layout.html.
@@ -114,7 +127,8 @@ func New(o Options) (*Console, error) {
 	}
 	c := &Console{o: o, svc: o.Service, log: o.Logger.With("component", "console"), clk: o.Clock,
 		tmpl: map[string]*template.Template{}, mux: http.NewServeMux(),
-		sess: &sessions{clk: o.Clock, idle: o.IdleTimeout, m: map[string]*session{}}}
+		sess:    &sessions{clk: o.Clock, idle: o.IdleTimeout, m: map[string]*session{}},
+		signins: ratelimit.New(SigninRate, SigninBurst)}
 	funcs := template.FuncMap{
 		"when":     c.when,
 		"duration": duration,
@@ -352,6 +366,16 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r, c.o.PublicURL) {
 		c.render(w, r, http.StatusForbidden, "signin", &view{Title: "Sign in", Error: "This sign-in was posted from another site; it was refused."})
+		return
+	}
+	addr, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		addr = r.RemoteAddr
+	}
+	if ok, wait := c.signins.Take(addr); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
+		c.render(w, r, http.StatusTooManyRequests, "signin", &view{Title: "Sign in",
+			Error: fmt.Sprintf("Too many sign-in attempts from this address: at most %d a minute. Try again in %d s.", SigninBurst, max(1, int(math.Ceil(wait.Seconds()))))})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)

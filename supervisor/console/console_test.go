@@ -632,3 +632,20 @@ func TestCheckpoints(t *testing.T) {
 		t.Fatalf("checkpoints after delete: %+v %v", cps, err)
 	}
 }
+
+// TestSigninRateLimit: sign-in attempts are limited per client address;
+// past the limit even the right key is refused (429, Retry-After), with no
+// session made.
+func TestSigninRateLimit(t *testing.T) {
+	e := newEnv(t, false)
+	b := e.browser()
+	for i := range console.SigninBurst {
+		res, body := b.post("/signin", url.Values{"key": {"wrong"}})
+		wantStatus(t, fmt.Sprintf("wrong key %d", i+1), res, body, 401, "Wrong key")
+	}
+	res, body := b.post("/signin", url.Values{"key": {e.sup.Token}})
+	wantStatus(t, "the right key past the limit", res, body, 429, "Too many sign-in attempts from this address: at most 10 a minute")
+	if res.Header.Get("Retry-After") == "" || len(res.Cookies()) != 0 {
+		t.Fatalf("past the limit: Retry-After %q, cookies %v; want a wait and no session", res.Header.Get("Retry-After"), res.Cookies())
+	}
+}
