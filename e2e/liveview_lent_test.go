@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -261,6 +264,15 @@ func lentLiveView(t *testing.T, turnListen string) {
 	}
 	waitColour(t, octx, [3]int{0, 0, 255}, 10*time.Second)
 
+	// The console's Lenders page shows the lender online, running this
+	// computer, with the limits its owner set, as the lender reports them.
+	page := consoleGet(t, supURL, s.token, "/lenders")
+	for _, want := range []string{"e2e desktop lender", "up to 2 computers at once", "1024 MB each", "desktops allowed"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the console's Lenders page lacks %q:\n%s", want, page)
+		}
+	}
+
 	// Both seats are taken (DESKTOP_USERS is 2): the next link is refused.
 	var e struct {
 		Error struct{ Code, Message string }
@@ -356,4 +368,33 @@ func BenchmarkLiveViewLent(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.Logf("first frame: docker %.0f ms, lent %.0f ms, forwarded %.0f ms; latency median: docker %.0f ms (%d), lent %.0f ms (%d), forwarded %.0f ms (%d)",
 		median(firstD), median(firstL), median(firstF), median(latD), len(latD), median(latL), len(latL), median(latF), len(latF))
+}
+
+// consoleGet signs in to the console at base with key, as a browser
+// would, and returns the text of the page at path.
+func consoleGet(t *testing.T, base, key, path string) string {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	resp, err := c.PostForm(base+"/signin", url.Values{"key": {key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console sign in: %d", resp.StatusCode)
+	}
+	resp, err = c.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console %s: %d\n%s", path, resp.StatusCode, b)
+	}
+	return string(b)
 }

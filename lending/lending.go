@@ -75,6 +75,21 @@ type State struct {
 	Version   string     `json:"version"`
 	Lending   bool       `json:"lending"`
 	Computers []Computer `json:"computers"`
+	// Limits are the owner's limits, as the lender reports them (nil from
+	// a lender that does not).
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are what a lender's owner allows.
+type Limits struct {
+	MaxComputers int     `json:"maxComputers"` // at once
+	CPUs         float64 `json:"cpus"`         // per computer
+	MemoryMB     int64   `json:"memoryMB"`     // per computer
+	DailySeconds int64   `json:"dailySeconds"` // of computer time a day
+	Desktop      bool    `json:"desktop"`      // desktop computers allowed
+	// Hours is the daily window lending is allowed in, "HH:MM-HH:MM" in
+	// the owner's zone; empty is any time.
+	Hours string `json:"hours,omitempty"`
 }
 
 // The most a supervisor reads of a lender's answer: one computer or the

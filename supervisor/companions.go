@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/supervisor/store"
 )
 
@@ -19,6 +20,9 @@ type LendingProvider interface {
 	LenderOf(machineID string) (lenderID string, ok bool)
 	// DropLender closes the lender's relay link, if it has one.
 	DropLender(ctx context.Context, lenderID string) error
+	// LenderState asks an online lender for its state, with its owner's
+	// limits; the answer is size-limited and has a deadline.
+	LenderState(ctx context.Context, lenderID string) (lending.State, error)
 }
 
 // CompanionView is a paired lender as the API shows it.

@@ -327,9 +327,16 @@ func (l *supervisorAPI) Destroy(ctx context.Context, id string) error {
 // State returns what the lender runs.
 func (l *supervisorAPI) State() lending.State {
 	l.mu.Lock()
-	on := l.settings.Lending
+	s := l.settings
 	l.mu.Unlock()
-	return lending.State{AgentID: l.cfg.LenderID, Version: l.cfg.Version, Lending: on, Computers: l.Computers()}
+	lim := &lending.Limits{MaxComputers: s.MaxComputers, CPUs: s.CPUs, MemoryMB: s.MemoryMB, DailySeconds: s.DailySeconds, Desktop: s.Desktop}
+	if s.Hours.From != "" {
+		lim.Hours = s.Hours.From + "-" + s.Hours.To
+		if s.TimeZone != "" {
+			lim.Hours += " " + s.TimeZone
+		}
+	}
+	return lending.State{AgentID: l.cfg.LenderID, Version: l.cfg.Version, Lending: s.Lending, Computers: l.Computers(), Limits: lim}
 }
 
 // Serve connects to the relay with rc (its URL and token) and serves the

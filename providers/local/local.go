@@ -375,6 +375,35 @@ func (l *Local) List(ctx context.Context) ([]providers.Machine, error) {
 	return out, nil
 }
 
+// lenderStateTimeout bounds a lender's answer to a state request.
+const lenderStateTimeout = 5 * time.Second
+
+// LenderState asks an online lender for its state (lending.PathState):
+// its computers and its owner's limits. The answer is read through
+// lending.MaxListBytes within lenderStateTimeout.
+func (l *Local) LenderState(ctx context.Context, lenderID string) (lending.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, lenderStateTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lender"+lending.PathState, nil)
+	if err != nil {
+		return lending.State{}, err
+	}
+	resp, err := l.o.Relay.Transport(lenderID).RoundTrip(req)
+	if err != nil {
+		return lending.State{}, fmt.Errorf("state of lender %s: %w: %v", lenderID, providers.ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		e, _ := httpjson.ReadError(resp, maxErrorAnswer)
+		return lending.State{}, fmt.Errorf("state of lender %s: %w: answer %d: %s", lenderID, providers.ErrUnavailable, resp.StatusCode, e.Message)
+	}
+	var st lending.State
+	if err := json.NewDecoder(io.LimitReader(resp.Body, lending.MaxListBytes)).Decode(&st); err != nil {
+		return lending.State{}, fmt.Errorf("state of lender %s: %w: %v", lenderID, providers.ErrUnavailable, err)
+	}
+	return st, nil
+}
+
 // Lenders implements providers.LenderLister: the presence of every
 // lender's agent the relay has seen.
 func (l *Local) Lenders(ctx context.Context) ([]relay.Presence, error) {

@@ -2,12 +2,14 @@ package apiserver_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/store/sqlstore"
@@ -34,6 +36,12 @@ func (l *lendingFake) DropLender(_ context.Context, id string) error {
 	l.dropped = append(l.dropped, id)
 	return nil
 }
+
+func (l *lendingFake) LenderState(context.Context, string) (lending.State, error) {
+	return lending.State{}, errors.New("the fake lender reports no state")
+}
+
+var _ supervisor.LendingProvider = (*lendingFake)(nil)
 
 func TestRevokeCompanion(t *testing.T) {
 	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))

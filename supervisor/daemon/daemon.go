@@ -26,6 +26,7 @@ import (
 	"github.com/berthdev/berth/internal/hostnet"
 	"github.com/berthdev/berth/internal/secrets"
 	"github.com/berthdev/berth/internal/token"
+	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
@@ -480,13 +481,53 @@ func (d *Daemon) consoleLenders(list func(context.Context) ([]apiserver.Lender, 
 				}
 			}
 		}
-		out := make([]console.Lender, 0, len(ls))
-		for _, l := range ls {
-			out = append(out, console.Lender{ID: l.ID, Name: l.Name, Online: l.Online, ConnectedAt: l.ConnectedAt,
-				LastSeen: l.LastSeen, Version: l.Version, Computers: running[l.ID]})
+		out := make([]console.Lender, len(ls))
+		var lp supervisor.LendingProvider
+		for _, p := range d.Providers {
+			if x, ok := p.(supervisor.LendingProvider); ok {
+				lp = x
+				break
+			}
 		}
+		// The owners' limits, asked of the online lenders a few at a time;
+		// one that does not answer in time shows none.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for i, l := range ls {
+			out[i] = console.Lender{ID: l.ID, Name: l.Name, Online: l.Online, ConnectedAt: l.ConnectedAt,
+				LastSeen: l.LastSeen, Version: l.Version, Computers: running[l.ID]}
+			if !l.Online || lp == nil {
+				continue
+			}
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				st, err := lp.LenderState(ctx, l.ID)
+				if err != nil {
+					d.log.Debug("lender state", "lender", l.ID, "err", err)
+					return
+				}
+				out[i].Limits = limitsText(st.Limits)
+			})
+		}
+		wg.Wait()
 		return out, nil
 	}
+}
+
+// limitsText says a lender's owner limits in a line, or "" for none.
+func limitsText(l *lending.Limits) string {
+	if l == nil {
+		return ""
+	}
+	s := fmt.Sprintf("up to %d computers at once, %g CPUs and %d MB each, %d s a day", l.MaxComputers, l.CPUs, l.MemoryMB, l.DailySeconds)
+	if l.Hours != "" {
+		s += ", " + l.Hours
+	}
+	if l.Desktop {
+		s += ", desktops allowed"
+	}
+	return s
 }
 
 func openStore(ctx context.Context, o Options) (store.Store, error) {
