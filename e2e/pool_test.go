@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -666,4 +667,107 @@ func BenchmarkDesktopWarmStart(b *testing.B) {
 	if got := warm.d.Service.PoolStats().Claimed - claimed; got != int64(b.N) {
 		b.Fatalf("%d of %d warm starts came from the pool", got, b.N)
 	}
+}
+
+// BenchmarkBurstStarts times a burst of 50 concurrent starts, each from
+// its REST call to its first answered exec, on a pool that follows demand
+// (WARM_POOL_SIZE 2, WARM_POOL_MAX 50). An untimed burst of 50 first
+// teaches the pool the demand; after a quiet minute, in which it refills,
+// the timed burst comes. The baseline is 50 concurrent bare `docker
+// create` + `start` of the same image, in the same run. One burst per
+// iteration:
+//
+//	go test ./e2e -run '^$' -bench BurstStarts -benchtime 1x
+func BenchmarkBurstStarts(b *testing.B) {
+	requireDocker(b, "berth/test:latest")
+	const burst = 50
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	s, _ := serveDaemon(b, daemon.Options{
+		Egress: daemon.EgressOptions{Listen: ":0"},
+		Logger: slog.New(slog.NewTextHandler(b.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, map[string]string{
+		"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "COMPUTER_MEMORY_MB": "256", "COMPUTER_NETWORK_POOL": "2",
+		"WARM_POOL_SIZE": "2", "WARM_POOL_MAX": strconv.Itoa(burst),
+	})
+	cli := dockerClient(b)
+	agents := make([]string, burst)
+	for i := range agents {
+		agents[i] = fmt.Sprintf("burst%02d", i)
+		connect(s, agents[i])
+	}
+	// run starts every agent at once and returns each one's time to its
+	// first exec; every session is stopped after.
+	run := func() []float64 {
+		ds := make([]float64, burst)
+		var wg sync.WaitGroup
+		for i, a := range agents {
+			wg.Go(func() {
+				began := time.Now()
+				var x execResult
+				if st, err := callAPI(s.url, s.token, "POST", "/v1/agents/"+a+"/computer/start", "", nil, nil); err != nil || st != 200 {
+					b.Errorf("start %s: %d %v", a, st, err)
+					return
+				}
+				if st, err := callAPI(s.url, s.token, "POST", "/v1/agents/"+a+"/computer/exec", "", map[string]any{"command": "echo hi"}, &x); err != nil || st != 200 || x.Stdout != "hi\n" {
+					b.Errorf("first exec on %s: %d %v %+v", a, st, err, x)
+					return
+				}
+				ds[i] = float64(time.Since(began)) / float64(time.Millisecond)
+			})
+		}
+		wg.Wait()
+		for _, a := range agents {
+			s.call("POST", "/v1/agents/"+a+"/computer/stop", nil, nil)
+		}
+		if b.Failed() {
+			b.FailNow()
+		}
+		return ds
+	}
+	bare := func() []float64 {
+		ds := make([]float64, burst)
+		var wg sync.WaitGroup
+		for i := range ds {
+			wg.Go(func() {
+				name := fmt.Sprintf("berth-bench-burst-%d-%d", time.Now().UnixNano(), i)
+				defer cli.ContainerRemove(context.WithoutCancel(ctx), name, client.ContainerRemoveOptions{Force: true})
+				began := time.Now()
+				if _, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: "berth/test:latest"}); err != nil {
+					b.Errorf("bare create: %v", err)
+					return
+				}
+				if _, err := cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
+					b.Errorf("bare start: %v", err)
+					return
+				}
+				ds[i] = float64(time.Since(began)) / float64(time.Millisecond)
+			})
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		return ds
+	}
+	run() // the demand the pool learns
+	var ours, base []float64
+	for b.Loop() {
+		b.StopTimer()
+		quiet := time.Now().Add(time.Minute)
+		testkit.EventuallyContext(b, ctx, "the pool grown to the burst", func() bool { return s.d.Service.PoolStats().Waiting >= burst })
+		time.Sleep(time.Until(quiet))
+		claimed := s.d.Service.PoolStats().Claimed
+		b.StartTimer()
+		ours = append(ours, run()...)
+		b.StopTimer()
+		b.Logf("timed burst: %d of %d starts from the pool", s.d.Service.PoolStats().Claimed-claimed, burst)
+		base = append(base, bare()...)
+		b.StartTimer()
+	}
+	b.ReportMetric(percentile(ours, 0.5), "start-p50-ms")
+	b.ReportMetric(percentile(ours, 0.99), "start-p99-ms")
+	// The bare create + start of each container, concurrent as ours.
+	b.ReportMetric(percentile(base, 0.5), "bare-start-p50-ms")
+	b.ReportMetric(percentile(base, 0.99), "bare-start-p99-ms")
 }

@@ -95,6 +95,25 @@ func (s *Service) Authenticate(ctx context.Context, secret string) (Principal, e
 	if err != nil {
 		return Principal{}, fmt.Errorf("authenticate key: %w", err)
 	}
+	return s.keyPrincipal(ctx, k)
+}
+
+// KeyPrincipal returns the principal of the key id, checked again as
+// Authenticate checks a key, for a caller that proved the key's secret
+// earlier (a console session): a revoked, expired or deleted key is 401.
+func (s *Service) KeyPrincipal(ctx context.Context, id string) (Principal, error) {
+	k, err := s.st.GetKey(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return Principal{}, unauthorized("unknown API key")
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("key %s: %w", id, err)
+	}
+	return s.keyPrincipal(ctx, k)
+}
+
+// keyPrincipal checks that k may be used now and returns its principal.
+func (s *Service) keyPrincipal(ctx context.Context, k store.Key) (Principal, error) {
 	now := s.clk.Now().UTC()
 	if !k.RevokedAt.IsZero() {
 		return Principal{}, unauthorized(fmt.Sprintf("API key %s was revoked", k.ID))

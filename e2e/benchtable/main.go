@@ -117,6 +117,8 @@ var targets = map[string]target{
 	"e2e BenchmarkBrowserSnapshot rest-snapshot-ms":                     atMost(300, "ms (p50, 1,000 elements)"),
 	"console BenchmarkComputersPage/computers p50-ms":                   atMost(50, "ms (p50, 1,000 agents with sessions)"),
 	"console BenchmarkComputersPage/live-computers p50-ms":              atMost(50, "ms (p50, 1,000 agents with sessions)"),
+	"e2e BenchmarkBurstStarts start-p50-ms":                             atMost(50, "ms (p50 of 50 concurrent starts to first exec)"),
+	"e2e BenchmarkBurstStarts start-p99-ms":                             atMost(500, "ms (p99 of 50 concurrent starts to first exec)"),
 	"e2e BenchmarkConsoleFirstPaint first-contentful-paint-ms":          atMost(500, "ms (p50, 1,000 agents with sessions)"),
 }
 

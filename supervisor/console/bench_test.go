@@ -46,7 +46,7 @@ func BenchmarkComputersPage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	con, err := console.New(console.Options{Service: sup.Service, Token: sup.Token,
+	con, err := console.New(console.Options{Service: sup.Service, Store: sup.Store, Token: sup.Token,
 		Providers: map[string]providers.Provider{fake.ID: sup.Fake}, DefaultProvider: fake.ID})
 	if err != nil {
 		b.Fatal(err)

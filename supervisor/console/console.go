@@ -83,6 +83,9 @@ type Options struct {
 	// "view-terminal" or "terminal"; apiserver.Handler.Link); nil hides
 	// those buttons.
 	Link func(r *http.Request, agent, kind string) (string, error)
+	// Store keeps the console's sessions, shared by every supervisor on
+	// it.
+	Store store.ConsoleSessions
 	// PublicURL is the supervisor's URL as browsers reach it
 	// (BERTH_PUBLIC_URL). When TLS ends at a proxy in front of the
 	// supervisor, an https PublicURL makes the session cookie Secure and
@@ -113,8 +116,8 @@ var pages = []string{"signin", "computers", "agent", "session", "attention", "co
 
 // New returns the console.
 func New(o Options) (*Console, error) {
-	if o.Service == nil {
-		return nil, errors.New("console: Service is required")
+	if o.Service == nil || o.Store == nil {
+		return nil, errors.New("console: Service and Store are required")
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
@@ -127,7 +130,7 @@ func New(o Options) (*Console, error) {
 	}
 	c := &Console{o: o, svc: o.Service, log: o.Logger.With("component", "console"), clk: o.Clock,
 		tmpl: map[string]*template.Template{}, mux: http.NewServeMux(),
-		sess:    &sessions{clk: o.Clock, idle: o.IdleTimeout, m: map[string]*session{}},
+		sess:    &sessions{st: o.Store, clk: o.Clock, idle: o.IdleTimeout, token: o.Token},
 		signins: ratelimit.New(SigninRate, SigninBurst)}
 	funcs := template.FuncMap{
 		"when":     c.when,
@@ -277,9 +280,15 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (request,
 		return request{}, false
 	}
 	// The tables' polling is not a use: a tab left open still expires.
-	s, ok, expired := c.sess.get(ck.Value, !strings.HasPrefix(r.URL.Path, "/live/"))
+	s, ok, expired, err := c.sess.get(r.Context(), ck.Value, !strings.HasPrefix(r.URL.Path, "/live/"))
+	if err != nil {
+		c.log.Error("read console session", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "error", &view{Title: "Unavailable",
+			Error: "The console's sessions could not be read just now; try again. Nothing was changed."})
+		return request{}, false
+	}
 	if !ok {
-		msg := "Your console session is unknown or has ended (a supervisor restart signs everyone out); sign in again."
+		msg := "Your console session is unknown or has ended; sign in again."
 		if expired {
 			msg = fmt.Sprintf("Your console session expired after %s without use; sign in again.", c.o.IdleTimeout)
 		}
@@ -290,9 +299,17 @@ func (c *Console) authenticate(w http.ResponseWriter, r *http.Request) (request,
 		c.signinAgain(w, r, msg)
 		return request{}, false
 	}
-	p, err := c.principal(r.Context(), s.secret)
+	p, err := c.sessionPrincipal(r.Context(), s)
 	if err != nil {
-		c.sess.remove(s.id)
+		if e := supervisor.AsError(err); e.Status >= 500 {
+			c.log.Error("check a console session's key", "err", err)
+			c.render(w, r, e.Status, "error", &view{Title: "Unavailable",
+				Error: "The session's key could not be checked just now; try again. Nothing was changed."})
+			return request{}, false
+		}
+		if err := c.sess.remove(r.Context(), s); err != nil {
+			c.log.Warn("remove a console session", "err", err)
+		}
 		setCookie(w, r, c.o.PublicURL, "", -1)
 		c.signinAgain(w, r, "Your key is no longer accepted ("+supervisor.AsError(err).Message+"); sign in again.")
 		return request{}, false
@@ -340,6 +357,20 @@ func (c *Console) post(fn pageFunc) http.Handler {
 }
 
 // principal checks a token or key as the API does.
+// sessionPrincipal checks again what session x signed in with: the
+// operator token it signed in with is still SUPERVISOR_TOKEN, or its key
+// is still good (not revoked, expired or deleted).
+func (c *Console) sessionPrincipal(ctx context.Context, x session) (supervisor.Principal, error) {
+	if x.actor != supervisor.ActorOperator {
+		return c.svc.KeyPrincipal(ctx, x.actor)
+	}
+	if c.o.Token == "" || !secureEqual(x.mark, operatorMark(c.o.Token)) {
+		return supervisor.Principal{}, &supervisor.Error{Status: http.StatusUnauthorized, Code: supervisor.CodeUnauthorized,
+			Message: "the operator token it signed in with is no longer SUPERVISOR_TOKEN"}
+	}
+	return supervisor.Operator, nil
+}
+
 func (c *Console) principal(ctx context.Context, secret string) (supervisor.Principal, error) {
 	if c.o.Token != "" && len(secret) == len(c.o.Token) && secureEqual(secret, c.o.Token) {
 		return supervisor.Operator, nil
@@ -404,7 +435,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 			Error: "Agent keys cannot sign in to the console: they only use their agent's computer. Use the operator token or an operator or workspace key."})
 		return
 	}
-	s := c.sess.create(p, secret)
+	s, err := c.sess.create(r.Context(), p)
+	if err != nil {
+		c.log.Error("record a console session", "err", err)
+		c.render(w, r, http.StatusServiceUnavailable, "signin", &view{Title: "Sign in", Error: "The session could not be recorded just now; try again."})
+		return
+	}
 	setCookie(w, r, c.o.PublicURL, s.id, 0)
 	c.log.Info("signed in", "actor", p.Actor, "scope", p.Scope)
 	next := r.PostForm.Get("next")
@@ -415,7 +451,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) signout(w http.ResponseWriter, q request) {
-	c.sess.remove(q.s.id)
+	if err := c.sess.remove(q.ctx(), q.s); err != nil {
+		c.log.Error("sign out", "err", err)
+		c.render(w, q.Request, http.StatusServiceUnavailable, "error", &view{Title: "Unavailable",
+			Error: "Signing out failed just now; try again."})
+		return
+	}
 	setCookie(w, q.Request, c.o.PublicURL, "", -1)
 	c.render(w, q.Request, http.StatusOK, "signin", &view{Title: "Sign in", Flash: "You are signed out."})
 }
@@ -454,7 +495,9 @@ func (c *Console) fail(w http.ResponseWriter, q request, err error, again func(w
 
 // done leaves msg for the next page and sends the browser to it.
 func (c *Console) done(w http.ResponseWriter, q request, to, msg string) {
-	c.sess.setFlash(q.s.id, msg)
+	if err := c.sess.setFlash(q.ctx(), q.s, msg); err != nil {
+		c.log.Warn("leave a message for the next page", "err", err)
+	}
 	http.Redirect(w, q.Request, to, http.StatusSeeOther)
 }
 

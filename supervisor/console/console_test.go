@@ -41,7 +41,7 @@ func newEnv(t *testing.T, tls bool) *env {
 	// Service's (real) time, so that usage days agree.
 	clk := clock.NewFake(time.Now())
 	con, err := console.New(console.Options{
-		Service: sup.Service, Token: sup.Token, Clock: clk,
+		Service: sup.Service, Store: sup.Store, Token: sup.Token, Clock: clk,
 		Providers: map[string]providers.Provider{fake.ID: sup.Fake}, DefaultProvider: fake.ID,
 	})
 	if err != nil {
@@ -571,7 +571,7 @@ func TestProviderAnswerAtFirstStart(t *testing.T) {
 
 func TestCredentialFieldsFromDescriber(t *testing.T) {
 	sup := supervisortest.Start(t, supervisortest.Options{})
-	con, err := console.New(console.Options{Service: sup.Service, Token: sup.Token, DefaultProvider: fake.ID,
+	con, err := console.New(console.Options{Service: sup.Service, Store: sup.Store, Token: sup.Token, DefaultProvider: fake.ID,
 		Providers: map[string]providers.Provider{fake.ID: sup.Fake, "browserbase": (*browserbase.Browserbase)(nil)}})
 	if err != nil {
 		t.Fatal(err)
@@ -648,4 +648,46 @@ func TestSigninRateLimit(t *testing.T) {
 	if res.Header.Get("Retry-After") == "" || len(res.Cookies()) != 0 {
 		t.Fatalf("past the limit: Retry-After %q, cookies %v; want a wait and no session", res.Header.Get("Retry-After"), res.Cookies())
 	}
+}
+
+// TestSessionsSharedThroughTheStore: a browser signed in at one supervisor
+// is signed in at another on the same store (forms included), and after a
+// restart; signing out at one ends it at both; a new SUPERVISOR_TOKEN ends
+// the sessions of the old one.
+func TestSessionsSharedThroughTheStore(t *testing.T) {
+	e := newEnv(t, false)
+	b := e.browser()
+	b.signIn(e.sup.Token)
+	another := func(token string) *browser {
+		con, err := console.New(console.Options{Service: e.sup.Service, Store: e.sup.Store, Token: token, Clock: e.clk,
+			Providers: map[string]providers.Provider{fake.ID: e.sup.Fake}, DefaultProvider: fake.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := apiserver.New(e.sup.Service, token, nil)
+		h.Console = con
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		// The same browser (its cookies are the host's, whatever the port).
+		return &browser{e: &env{t: t, sup: e.sup, srv: srv, clk: e.clk}, c: b.c, csrf: b.csrf}
+	}
+	b2 := another(e.sup.Token)
+	res, body := b2.get("/computers")
+	wantStatus(t, "computers at the second supervisor", res, body, 200, "Sign out")
+	res, body = b2.post("/agents", url.Values{"id": {"shared"}, "name": {"Shared"}})
+	wantStatus(t, "a form at the second supervisor", res, body, 303)
+	if !e.agentExists("shared") {
+		t.Fatal("the second supervisor's form created no agent")
+	}
+	rotated := another(e.sup.Token + "-new")
+	res, body = rotated.get("/computers")
+	wantStatus(t, "after the operator token changed", res, body, 401, "no longer SUPERVISOR_TOKEN")
+	b = e.browser()
+	b.signIn(e.sup.Token)
+	b2 = another(e.sup.Token)
+	b2.c = b.c
+	res, body = b2.post("/signout", nil)
+	wantStatus(t, "sign out at the second supervisor", res, body, 200, "You are signed out")
+	res, body = b.get("/computers")
+	wantStatus(t, "the first supervisor after sign out at the second", res, body, 401)
 }

@@ -1,9 +1,13 @@
 package console
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/store"
 )
 
 // CookieName is the console's session cookie.
@@ -20,31 +25,38 @@ const CookieName = "berth_console"
 // DefaultIdleTimeout ends a console session not used for this long.
 const DefaultIdleTimeout = 12 * time.Hour
 
-// maxSessions bounds the sessions kept in memory; the least recently used
-// one goes first.
-const maxSessions = 10000
+// touchEvery is how often a session's use is written to the store: its
+// idle time is counted to within this.
+const touchEvery = time.Minute
 
-// session is one signed-in browser. It lives in this process's memory
-// only: a restart signs everyone out.
+// purgeEvery is how often a sign-in also removes the sessions that idled
+// past the timeout.
+const purgeEvery = time.Minute
+
+// session is one signed-in browser, as one request sees it. The store
+// keeps it (store.ConsoleSessions), so every supervisor sharing the store
+// serves it: the hash of its cookie, its CSRF token, and who signed in,
+// never the key itself.
 type session struct {
-	id   string
+	id   string // the cookie's value
+	hash string // its SHA-256, the store's key
 	csrf string
-	// secret is what the session signed in with (the operator token or an
-	// API key), checked again on every request so that a revoked or
-	// expired key ends its sessions at once. It never leaves memory.
-	secret string
-	p      supervisor.Principal
-	last   time.Time
-	// flash is a message shown once on the next page.
+	p    supervisor.Principal
+	// flash is a message shown once, on this page.
 	flash string
+	actor string // the key's id, or the operator
+	mark  string // for the operator: operatorMark of the token
 }
 
-// sessions keeps the signed-in browsers.
+// sessions reads and writes the console's sessions in the store.
 type sessions struct {
-	clk  clock.Clock
-	idle time.Duration
-	mu   sync.Mutex
-	m    map[string]*session
+	st    store.ConsoleSessions
+	clk   clock.Clock
+	idle  time.Duration
+	token string // SUPERVISOR_TOKEN
+
+	mu        sync.Mutex
+	lastPurge time.Time
 }
 
 func randomID() string {
@@ -53,66 +65,82 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// create starts a session for p.
-func (s *sessions) create(p supervisor.Principal, secret string) *session {
-	now := s.clk.Now()
-	x := &session{id: randomID(), csrf: randomID(), secret: secret, p: p, last: now}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, y := range s.m {
-		if now.Sub(y.last) >= s.idle {
-			delete(s.m, id)
-		}
-	}
-	if len(s.m) >= maxSessions {
-		var oldest *session
-		for _, y := range s.m {
-			if oldest == nil || y.last.Before(oldest.last) {
-				oldest = y
-			}
-		}
-		delete(s.m, oldest.id)
-	}
-	s.m[x.id] = x
-	return x
+// hashID is the store's key of a session id.
+func hashID(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(h[:])
 }
 
-// get returns the session of id, marking it used when touch is set;
-// expired is true when the session existed but was idle too long (it is
-// then removed).
-func (s *sessions) get(id string, touch bool) (x session, ok, expired bool) {
+// operatorMark is what the store keeps of the operator token a session
+// signed in with: a new SUPERVISOR_TOKEN ends the sessions of the old one.
+func operatorMark(token string) string {
+	h := sha256.Sum256([]byte("berth console operator\x00" + token))
+	return hex.EncodeToString(h[:])
+}
+
+// create starts a session for p and records it.
+func (s *sessions) create(ctx context.Context, p supervisor.Principal) (*session, error) {
 	now := s.clk.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	y, ok := s.m[id]
-	if !ok {
-		return session{}, false, false
+	purge := now.Sub(s.lastPurge) >= purgeEvery
+	if purge {
+		s.lastPurge = now
 	}
-	if now.Sub(y.last) >= s.idle {
-		delete(s.m, id)
-		return session{}, false, true
+	s.mu.Unlock()
+	if purge {
+		if _, err := s.st.PurgeConsoleSessions(ctx, now.Add(-s.idle)); err != nil {
+			return nil, err
+		}
 	}
-	if touch {
-		y.last = now
+	x := &session{id: randomID(), csrf: randomID(), p: p, actor: p.Actor}
+	x.hash = hashID(x.id)
+	if p.Actor == supervisor.ActorOperator {
+		x.mark = operatorMark(s.token)
 	}
-	x = *y
-	y.flash = ""
-	return x, true, false
+	err := s.st.AddConsoleSession(ctx, store.ConsoleSession{IDHash: x.hash, CSRF: x.csrf, Actor: x.actor, OperatorMark: x.mark,
+		CreatedAt: now.UTC(), LastUsed: now.UTC()})
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// get returns the session of id, recording the use when touch is set;
+// expired is true when the session existed but was idle too long (it is
+// then removed). A message left for the session is taken.
+func (s *sessions) get(ctx context.Context, id string, touch bool) (x session, ok, expired bool, err error) {
+	now := s.clk.Now()
+	hash := hashID(id)
+	rec, err := s.st.GetConsoleSession(ctx, hash)
+	if errors.Is(err, store.ErrNotFound) {
+		return session{}, false, false, nil
+	}
+	if err != nil {
+		return session{}, false, false, err
+	}
+	if now.Sub(rec.LastUsed) >= s.idle {
+		return session{}, false, true, s.st.DeleteConsoleSession(ctx, hash)
+	}
+	if touch && now.Sub(rec.LastUsed) >= touchEvery {
+		if err := s.st.TouchConsoleSession(ctx, hash, now.UTC()); err != nil {
+			return session{}, false, false, err
+		}
+	}
+	if rec.Flash != "" {
+		if err := s.st.SetConsoleFlash(ctx, hash, ""); err != nil {
+			return session{}, false, false, err
+		}
+	}
+	return session{id: id, hash: hash, csrf: rec.CSRF, flash: rec.Flash, actor: rec.Actor, mark: rec.OperatorMark}, true, false, nil
 }
 
 // setFlash leaves msg for the session's next page.
-func (s *sessions) setFlash(id, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if y, ok := s.m[id]; ok {
-		y.flash = msg
-	}
+func (s *sessions) setFlash(ctx context.Context, x session, msg string) error {
+	return s.st.SetConsoleFlash(ctx, x.hash, msg)
 }
 
-func (s *sessions) remove(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, id)
+func (s *sessions) remove(ctx context.Context, x session) error {
+	return s.st.DeleteConsoleSession(ctx, x.hash)
 }
 
 // validCSRF compares a form's token with the session's in constant time.

@@ -340,7 +340,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return fail(err)
 	}
 	cons, err := console.New(console.Options{
-		Service: d.Service, Token: d.Token, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
+		Service: d.Service, Store: d.Store, Token: d.Token, Providers: d.Providers, DefaultProvider: o.DefaultProvider,
 		Getenv: o.Getenv, Logger: o.Logger, Link: h.Link, PublicURL: o.LiveView.PublicURL,
 	})
 	if err != nil {

@@ -191,6 +191,7 @@ type Store interface {
 	Pool
 	Seats
 	DesktopSeats
+	ConsoleSessions
 	Archives
 	Close() error
 }

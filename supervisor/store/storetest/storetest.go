@@ -58,7 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PersistentConnection", testPersistentConnection}, {"Archives", testArchives},
 		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
 		{"IdleSleepDue", testIdleSleepDue},
-		{"BrowserOptions", testBrowserOptions}, {"DesktopSeats", testDesktopSeats},
+		{"BrowserOptions", testBrowserOptions}, {"DesktopSeats", testDesktopSeats}, {"ConsoleSessions", testConsoleSessions},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
