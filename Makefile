@@ -21,6 +21,9 @@ build: ## build bin/berth
 dist: ## cross-build berth for linux, macOS and Windows (amd64, arm64) into dist/, with dist/SHA256SUMS
 	VERSION=$(VERSION) GO=$(GO) packaging/dist/build.sh
 
+deb: ## build the berth Debian package (nfpm, built once and cached) into dist/
+	VERSION=$(VERSION) GO=$(GO) packaging/deb/build.sh
+
 docker: ## make sure a Docker engine runs (installs docker.io as root when missing)
 	@packaging/dev/docker-up.sh
 
