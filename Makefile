@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build dist deb run minio test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
+.PHONY: help build dist deb image-supervisor run minio test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ docker: ## make sure a Docker engine runs (installs docker.io as root when missi
 
 images: docker ## build the computer images offline (only what changed)
 	images/build.sh all
+
+image-supervisor: docker ## build the supervisor's container image berth/supervisor:latest offline (non-root, berth supervisor)
+	images/build.sh supervisor
 
 run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1:8080) with its data in DATA (berth-data)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
