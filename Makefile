@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build run minio test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
+.PHONY: help build dist deb image-supervisor run minio test test-k8s test-live test-short fuzz images docker bench bench-density lint clean app app-package
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -16,11 +16,22 @@ help: ## list the targets
 build: ## build bin/berth
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/berth
 
+# Release binaries for every platform Berth ships to, with their sums:
+# packaging/dist/build.sh says which (CGO off, the version from VERSION).
+dist: ## cross-build berth for linux, macOS and Windows (amd64, arm64) into dist/, with dist/SHA256SUMS
+	VERSION=$(VERSION) GO=$(GO) packaging/dist/build.sh
+
+deb: ## build the berth Debian package (nfpm, built once and cached) into dist/
+	VERSION=$(VERSION) GO=$(GO) packaging/deb/build.sh
+
 docker: ## make sure a Docker engine runs (installs docker.io as root when missing)
 	@packaging/dev/docker-up.sh
 
 images: docker ## build the computer images offline (only what changed)
 	images/build.sh all
+
+image-supervisor: docker ## build the supervisor's container image berth/supervisor:latest offline (non-root, berth supervisor)
+	images/build.sh supervisor
 
 run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1:8080) with its data in DATA (berth-data)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
@@ -109,11 +120,15 @@ app-package: ## package the companion for Linux with fyne package: bin/berth-com
 # staticcheck builds from the Go module proxy at this version (cached after
 # the first run); a newer Go may need a newer one.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-lint: ## check go.mod is tidy, vet, formatting and staticcheck
+lint: ## check go.mod is tidy, vet, cross-compiling (windows, darwin), formatting and staticcheck
 	@if ! out=$$($(GO) mod tidy -diff 2>&1); then echo "$$out"; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
 	$(GO) vet ./...
+	@# berth must keep cross-compiling for the platforms make dist ships to
+	@# (linux is the build above; darwin/amd64 differs from arm64 only in code generation).
+	CGO_ENABLED=0 GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/berth
+	CGO_ENABLED=0 GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/berth
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
 
 clean: ## remove build outputs
-	rm -rf bin
+	rm -rf bin dist

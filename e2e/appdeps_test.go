@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // TestAppDepsNamesPackages runs `make app`'s check of the companion's cgo
@@ -47,5 +50,46 @@ func TestAppDepsNamesPackages(t *testing.T) {
 	write("dpkg", "exit 0\n")
 	if out, err := run(); err != nil || len(out) != 0 {
 		t.Fatalf("with everything installed: %v\n%s", err, out)
+	}
+}
+
+// TestAppDepsCleanDebian runs the same check in a clean Debian container
+// (the images' base, no network), with its real dpkg: as a user it names
+// every one of the packages; as root it installs exactly those with
+// apt-get (a recording apt-get stands in: there is no network), and when
+// apt-get fails it says so and names them again.
+func TestAppDepsCleanDebian(t *testing.T) {
+	const base = "berth/debian-base:bookworm"
+	testkit.RequireDocker(t, base)
+	ctx := testkit.ContextTimeout(t, 2*time.Minute)
+	script, err := filepath.Abs("../packaging/dev/app-deps.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pkgs = "gcc libc6-dev pkg-config libgl1-mesa-dev libx11-dev libxcursor-dev libxrandr-dev libxinerama-dev libxi-dev libxxf86vm-dev"
+	docker := func(wantOK bool, user, sh string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", "--user", user,
+			"-v", script+":/app-deps.sh:ro", base, "bash", "-c", sh)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != wantOK {
+			t.Fatalf("docker run (as %s) %q: %v\n%s", user, sh, err, out)
+		}
+		return string(out)
+	}
+
+	out := docker(false, "1000:1000", "bash /app-deps.sh")
+	if want := "sudo apt-get install -y --no-install-recommends " + pkgs + "\n"; !strings.Contains(out, want) {
+		t.Errorf("as a user the check printed:\n%s\nwant the line %q", out, want)
+	}
+
+	fake := `mkdir -p /tmp/bin && printf '#!/bin/sh\necho "apt-get $*" >>/tmp/apt.log\n[ "$1" != install ] || [ -z "$FAIL" ]\n' >/tmp/bin/apt-get && chmod +x /tmp/bin/apt-get && export PATH=/tmp/bin:$PATH; `
+	out = docker(true, "0:0", fake+"bash /app-deps.sh 2>&1 && cat /tmp/apt.log")
+	if want := "apt-get update -qq\napt-get install -y -qq --no-install-recommends " + pkgs + "\n"; !strings.Contains(out, want) {
+		t.Errorf("as root the check ran:\n%s\nwant %q", out, want)
+	}
+	out = docker(false, "0:0", fake+"FAIL=1 bash /app-deps.sh")
+	if want := "install them with:\n          apt-get install -y --no-install-recommends " + pkgs + "\n"; !strings.Contains(out, want) {
+		t.Errorf("with apt-get failing the check printed:\n%s\nwant %q", out, want)
 	}
 }

@@ -8,8 +8,10 @@
 #                               Node.js, Chromium, agent-browser, computerd
 #   berth/desktop:latest        headless plus Xvfb, openbox, at-spi2, xdotool,
 #                               mousepad, xterm and ffmpeg (live view)
+#   berth/supervisor:latest     the base plus berth, running berth supervisor
+#                               as a non-root user (not part of all)
 #
-# Usage: images/build.sh [test|headless|desktop|all]    (default: all)
+# Usage: images/build.sh [test|headless|desktop|supervisor|all]    (default: all)
 #
 # Every image is labelled dev.berth.inputs=<sha256 of what it is built from:
 # its build context (Dockerfile, files, computerd) and base image id, or for
@@ -19,6 +21,10 @@
 # Environment:
 #   COMPUTERD_BIN                use this computerd binary instead of building
 #                                ./cmd/computerd
+#   BERTH_BIN                    use this berth binary for berth/supervisor
+#                                instead of building ./cmd/berth
+#   VERSION                      the version stamped into that berth (default:
+#                                git describe, as make build does)
 #   BERTH_DEBIAN_MIRROR          Debian mirror for the base (default: the one
 #                                in this machine's apt sources)
 #   BERTH_DEBIAN_SECURITY        Debian security mirror, or "none" (default:
@@ -44,6 +50,7 @@ readonly TEST_TAG=berth/test:latest
 readonly BASE_TAG=berth/debian-base:$SUITE
 readonly HEADLESS_TAG=berth/headless:latest
 readonly DESKTOP_TAG=berth/desktop:latest
+readonly SUPERVISOR_TAG=berth/supervisor:latest
 
 CACHE=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/berth/images}
 FORCE=${BERTH_IMAGES_FORCE:-0}
@@ -228,6 +235,27 @@ computerd() {
 		log "computerd built for linux/$ARCH in $(since "$t")"
 	fi
 	elf_check "$bin" computerd
+	printf '%s\n' "$bin"
+}
+
+# berth_bin prints the path of the berth binary for berth/supervisor, built
+# for this architecture (static, the version stamped) unless BERTH_BIN names one.
+berth_bin() {
+	local bin
+	if [ -n "${BERTH_BIN:-}" ]; then
+		[ -f "$BERTH_BIN" ] || die "BERTH_BIN=$BERTH_BIN does not exist"
+		bin=$(cd "$(dirname "$BERTH_BIN")" && pwd -P)/$(basename "$BERTH_BIN")
+	else
+		command -v go >/dev/null || die "go is needed to build berth (or set BERTH_BIN)"
+		local version=${VERSION:-$(git -C "$ROOT" describe --tags --always --dirty 2>/dev/null || echo dev)}
+		bin=$CACHE/$ARCH/berth
+		local t=$EPOCHREALTIME
+		(cd "$ROOT" && CGO_ENABLED=0 GOOS=linux GOARCH=$ARCH \
+			go build -trimpath -ldflags="-s -w -X main.version=$version" -o "$bin" ./cmd/berth) ||
+			die "building berth failed"
+		log "berth $version built for linux/$ARCH in $(since "$t")"
+	fi
+	elf_check "$bin" berth
 	printf '%s\n' "$bin"
 }
 
@@ -480,10 +508,36 @@ build_desktop() {
 	record "$DESKTOP_TAG" built "$took"
 }
 
+build_supervisor() {
+	build_base
+
+	local ctx hash base old t took bin
+	base=$(image_id "$BASE_TAG")
+	bin=$(berth_bin)
+	tmpdir ctx supervisor
+	put "$IMAGES/supervisor/Dockerfile" "$ctx/Dockerfile"
+	install -m 0755 "$bin" "$ctx/berth"
+	hash=$(printf 'image=supervisor\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
+
+	if up_to_date "$SUPERVISOR_TAG" "$hash"; then
+		log "$SUPERVISOR_TAG is up to date (inputs ${hash:0:12}), skipped"
+		record "$SUPERVISOR_TAG" skipped -
+		return
+	fi
+	log "building $SUPERVISOR_TAG (inputs ${hash:0:12}) from $BASE_TAG"
+	old=$(image_id "$SUPERVISOR_TAG")
+	t=$EPOCHREALTIME
+	docker_build supervisor "$SUPERVISOR_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$BASE_TAG"
+	took=$(since "$t")
+	retire "$old" "$SUPERVISOR_TAG"
+	log "built $SUPERVISOR_TAG in $took ($(image_size "$SUPERVISOR_TAG"))"
+	record "$SUPERVISOR_TAG" built "$took"
+}
+
 main() {
 	local what=${1:-all}
 	case $what in
-	test | headless | desktop | all) ;;
+	test | headless | desktop | supervisor | all) ;;
 	-h | --help | help) usage 0 ;;
 	*) usage ;;
 	esac
@@ -493,12 +547,14 @@ main() {
 	check_docker
 	mkdir -p "$CACHE/logs"
 	local t=$EPOCHREALTIME
-	COMPUTERD=$(computerd)
+	# berth/supervisor holds berth, not computerd.
+	[ "$what" = supervisor ] || COMPUTERD=$(computerd)
 
 	case $what in
 	test) build_test ;;
 	headless) build_headless ;;
 	desktop) build_desktop ;;
+	supervisor) build_supervisor ;;
 	all) build_test && build_desktop ;;
 	esac
 

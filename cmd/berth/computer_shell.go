@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -100,7 +99,7 @@ func runShell(cmd *cobra.Command, c *api.Client, agent, command string) error {
 		}
 		defer term.Restore(fd, old)
 		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
+		notifyResize(winch)
 		defer signal.Stop(winch)
 		go func() {
 			for {

@@ -109,7 +109,7 @@ func (in *instance) stop() {
 }
 
 func stopProcess(cmd *exec.Cmd, exited, drain chan struct{}, dir string) {
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	signalGroup(cmd, syscall.SIGKILL)
 	<-exited
 	<-drain
 	// Helpers of the browser that left its group may still write there
@@ -219,7 +219,7 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 	cmd := exec.Command(bin, l.args(env, dir)...)
 	cmd.Env = env
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newProcessGroup(cmd)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		os.RemoveAll(dir)

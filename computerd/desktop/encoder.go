@@ -62,7 +62,7 @@ func (d *Desktop) ffmpegArgs(codec string) []string {
 func (d *Desktop) startEncoder(codec string) (*encoder, error) {
 	cmd := exec.Command(d.cfg.FFmpeg, d.ffmpegArgs(codec)...)
 	cmd.Env = append(cmd.Environ(), "DISPLAY="+d.cfg.Display)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newProcessGroup(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -173,14 +173,14 @@ func (e *encoder) status() EncoderStatus {
 
 // stop ends ffmpeg (TERM, then KILL after a second) and waits for it.
 func (e *encoder) stop(ctx context.Context) {
-	syscall.Kill(-e.cmd.Process.Pid, syscall.SIGTERM)
+	signalGroup(e.cmd, syscall.SIGTERM)
 	select {
 	case <-e.done:
 		return
 	case <-time.After(time.Second):
 	case <-ctx.Done():
 	}
-	syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	signalGroup(e.cmd, syscall.SIGKILL)
 	<-e.done
 }
 

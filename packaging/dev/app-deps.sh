@@ -36,9 +36,12 @@ done
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 	echo "app-deps: installing ${need[*]} with apt-get" >&2
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-	exit 0
+	if apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null; then
+		exit 0
+	fi
+	echo "app-deps: apt-get could not install the companion app's packages; install them with:" >&2
+	echo "          apt-get install -y --no-install-recommends ${need[*]}" >&2
+	exit 1
 fi
 echo "app-deps: the companion app needs cgo and the GL/X11 headers. Install them with:" >&2
 echo "          sudo apt-get install -y --no-install-recommends ${need[*]}" >&2

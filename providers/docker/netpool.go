@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -230,7 +229,7 @@ func (p *netPool) collect(ctx context.Context) {
 		if !strings.HasPrefix(name, HolderPoolPrefix) || !ok || h != host || owner == p.owner {
 			continue
 		}
-		if n, err := strconv.Atoi(pid); err == nil && syscall.Kill(n, 0) == syscall.ESRCH {
+		if n, err := strconv.Atoi(pid); err == nil && processGone(n) {
 			p.d.removeHolder(ctx, name)
 		}
 	}

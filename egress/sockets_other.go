@@ -1,0 +1,15 @@
+//go:build !unix
+
+package egress
+
+import (
+	"net"
+	"syscall"
+)
+
+// rawConn returns nil here: without a way to peek at a socket, a quiet
+// direction of a tunnel waits in Read with its buffer.
+func rawConn(net.Conn) syscall.RawConn { return nil }
+
+// waitReadable is never called here (rawConn is always nil).
+func waitReadable(syscall.RawConn) error { return nil }
