@@ -598,6 +598,9 @@ func TestCredentialFieldsFromDescriber(t *testing.T) {
 		t.Fatal("the page shows the credential")
 	}
 	res, body = b.post("/computers", url.Values{"agent": {"a1"}, "provider": {"nope"}, "cred.nope.apiKey": {"secret-key-123"}})
+	if res.StatusCode/100 != 4 {
+		t.Fatalf("a connection to an unknown provider: %d, want it refused", res.StatusCode)
+	}
 	if strings.Contains(body, "secret-key-123") {
 		t.Fatalf("a refused form shows the credential again:\n%s", body)
 	}
