@@ -11,6 +11,7 @@ import (
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/supervisor"
+	"github.com/berthdev/berth/supervisor/store"
 )
 
 func secureEqual(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
@@ -24,6 +25,7 @@ type computersData struct {
 	Limits    limits
 	Form      map[string]string // the values of a refused form, shown again
 	Workspace string            // the session's workspace ("" for all)
+	Links     bool              // live-view and terminal links can be made
 }
 
 type limits struct {
@@ -59,7 +61,7 @@ func (c *Console) computersData(q request) (*computersData, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &computersData{Rows: make([]computerRow, 0, len(rows)), Providers: c.providerForms(), Default: c.o.DefaultProvider, Limits: theLimits, Workspace: q.workspace()}
+	d := &computersData{Rows: make([]computerRow, 0, len(rows)), Providers: c.providerForms(), Default: c.o.DefaultProvider, Limits: theLimits, Workspace: q.workspace(), Links: c.o.Link != nil}
 	for _, r := range rows {
 		if r.Connection == nil {
 			d.Agents = append(d.Agents, r.Agent.ID)
@@ -80,6 +82,9 @@ type computerRow struct {
 	State, StateText    string
 	SessSub             string
 	Machine             string
+	// Running with a Desktop: the row offers live view; Running, a
+	// terminal; Persistent, the agent's checkpoints.
+	Running, Desktop, Persistent bool
 }
 
 func (c *Console) row(o supervisor.AgentOverview) computerRow {
@@ -88,11 +93,13 @@ func (c *Console) row(o supervisor.AgentOverview) computerRow {
 		r.Connected = true
 		r.Conn = k.Provider + ", " + k.Image
 		r.ConnSub = "lease " + duration(k.LeaseSeconds) + ", budget " + duration(k.DailySeconds) + "/day"
+		r.Persistent = k.Persistence == api.PersistenceHome
 	}
 	if x := o.Session; x != nil {
 		r.Session, r.SessionID = true, x.ID
 		r.State, r.StateText = x.State, stateText[x.State]
 		r.SessSub = left(x.RemainingSeconds) + " left · started " + c.when(x.StartedAt)
+		r.Running, r.Desktop = x.State == store.StateRunning, x.Image == providers.ImageDesktop
 	}
 	return r
 }

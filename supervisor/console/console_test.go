@@ -432,7 +432,12 @@ func TestComputersFlowAndLiveTable(t *testing.T) {
 	res, body = b.post("/agents/ag1/start", url.Values{"back": {"computers"}})
 	wantStatus(t, "start", res, body, 303)
 	res, body = b.get("/computers")
-	wantStatus(t, "running", res, body, 200, "Running", "ag1")
+	// A running computer's line offers its terminal (a headless one no
+	// live view).
+	wantStatus(t, "running", res, body, 200, "Running", "ag1", `aria-label="Open a terminal on ag1 in a new tab"`)
+	if strings.Contains(body, "Open live view of ag1") {
+		t.Fatal("a headless computer's line offers live view")
+	}
 	req, _ = http.NewRequest("GET", e.srv.URL+"/live/computers", nil)
 	req.Header.Set("If-None-Match", tag)
 	res, body = b.do(req)
