@@ -20,6 +20,15 @@ const (
 	// createWeight is the weight of the newest create in the running
 	// mean of create durations (an exponential moving average).
 	createWeight = 0.25
+	// MaxCreators is the most creates a pool runs at once. A pool starts
+	// at Creators and widens by one after each create that took at most
+	// 1.5 times the fastest of the last recentCreates; a create that took
+	// more than twice that halves it (at least one). So a pool refills as
+	// many at once as the engine sustains, and backs off when the engine
+	// slows, as when it is busy starting and running computers.
+	MaxCreators = 8
+	// recentCreates is how many create times the fastest is taken from.
+	recentCreates = 32
 )
 
 // demand is what a pool remembers of its claims and creates; guarded by
@@ -27,6 +36,8 @@ const (
 type demand struct {
 	claims     []time.Time   // claim times, oldest first, within DemandWindow
 	createTook time.Duration // running mean of successful creates (0: none yet)
+	recent     []time.Duration
+	width      int // creates at once now; 0 is Creators
 }
 
 func (d *demand) claimed(now time.Time) {
@@ -37,11 +48,42 @@ func (d *demand) claimed(now time.Time) {
 }
 
 func (d *demand) created(took time.Duration) {
+	d.widen(took)
 	if d.createTook == 0 {
 		d.createTook = took
 		return
 	}
 	d.createTook = time.Duration(createWeight*float64(took) + (1-createWeight)*float64(d.createTook))
+}
+
+// widen moves the number of creates at once after a create that took
+// took (see MaxCreators).
+func (d *demand) widen(took time.Duration) {
+	fastest := took
+	for _, t := range d.recent {
+		fastest = min(fastest, t)
+	}
+	fastest = max(fastest, time.Millisecond)
+	if len(d.recent) == recentCreates {
+		d.recent = slices.Delete(d.recent, 0, 1)
+	}
+	d.recent = append(d.recent, took)
+	w := d.creators()
+	switch {
+	case took > 2*fastest:
+		w = max(w/2, 1)
+	case 2*took <= 3*fastest:
+		w = min(w+1, MaxCreators)
+	}
+	d.width = w
+}
+
+// creators is how many creates may run at once now.
+func (d *demand) creators() int {
+	if d.width == 0 {
+		return Creators
+	}
+	return d.width
 }
 
 // peak is the largest number of claims within one refill (the mean create
@@ -72,6 +114,13 @@ func (p *Pool[M]) Size(now time.Time, lo, hi int) int {
 		return max(lo, 0)
 	}
 	return min(max(p.demand.peak(now), lo), hi)
+}
+
+// Creators is how many creates the pool runs at once now (MaxCreators).
+func (p *Pool[M]) Creators() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.demand.creators()
 }
 
 // CreateTook is the running mean of the pool's successful creates, 0

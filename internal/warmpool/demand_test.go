@@ -1,6 +1,7 @@
 package warmpool
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -38,4 +39,37 @@ func TestPeak(t *testing.T) {
 	if len(d.claims) != maxClaimsKept {
 		t.Errorf("%d claims kept, want at most %d", len(d.claims), maxClaimsKept)
 	}
+}
+
+// TestWiden: a pool runs Creators creates at once, one more after each
+// create about as fast as the fastest of the recent ones, up to
+// MaxCreators, and half as many after one that took more than twice as
+// long.
+func TestWiden(t *testing.T) {
+	var d demand
+	want := func(step string, w int) {
+		t.Helper()
+		if got := d.creators(); got != w {
+			t.Fatalf("%s: %d creates at once, want %d", step, got, w)
+		}
+	}
+	want("new", Creators)
+	for i := range 3 {
+		d.created(time.Second)
+		want(fmt.Sprintf("fast create %d", i+1), Creators+i+1)
+	}
+	d.created(3 * time.Second)
+	want("a create three times as slow", (Creators+3)/2)
+	d.created(1400 * time.Millisecond)
+	want("a create 1.4 times the fastest", (Creators+3)/2+1)
+	d.created(1800 * time.Millisecond)
+	want("a create 1.8 times the fastest", (Creators+3)/2+1)
+	for range 20 {
+		d.created(time.Second)
+	}
+	want("many fast creates", MaxCreators)
+	for range 5 {
+		d.created(10 * time.Second)
+	}
+	want("slow creates", 1)
 }

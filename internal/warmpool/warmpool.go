@@ -27,7 +27,8 @@ const (
 	// ShrinkFreePercent: below this share a pool removes its oldest
 	// waiting member each pass.
 	ShrinkFreePercent = 5
-	// Creators is how many creates a pool has in flight at most.
+	// Creators is how many creates a new pool has in flight at most; it
+	// adapts from there, up to MaxCreators (demand.go).
 	Creators = 2
 	// Interval is the time between two passes when nothing wakes the pool.
 	Interval = time.Second
@@ -241,7 +242,7 @@ func (p *Pool[M]) pass(ctx context.Context) {
 		m, _ := p.oldest()
 		take(m, "the pool is over its size")
 	}
-	need := min(size-len(p.waiting)-p.creating, room, Creators-p.creating)
+	need := min(size-len(p.waiting)-p.creating, room, p.demand.creators()-p.creating)
 	if shrink || !grow || now.Before(p.retryAt) || ctx.Err() != nil {
 		need = 0
 	}

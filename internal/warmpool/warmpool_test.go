@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/berthdev/berth/internal/clock"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/warmpool"
 )
 
@@ -385,5 +386,28 @@ func TestSizeFollowsDemand(t *testing.T) {
 	burst(30)
 	if st := r.settle(); st.Waiting != 4 {
 		t.Fatalf("fixed size 4 after a burst: %+v", st)
+	}
+}
+
+// TestCreatorsWiden: a pool that needs many members starts Creators
+// creates at once and, as they come back fast, runs more at once.
+func TestCreatorsWiden(t *testing.T) {
+	gate := make(chan struct{})
+	r := newRig(t, 20, gate)
+	if err := r.p.Sync(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.p.Stats(); st.Creating != warmpool.Creators {
+		t.Fatalf("stats %+v, want %d creating", st, warmpool.Creators)
+	}
+	for range warmpool.Creators {
+		gate <- struct{}{}
+	}
+	testkit.EventuallyContext(t, r.ctx, "more creates at once after fast ones", func() bool {
+		r.p.Sync(r.ctx)
+		return r.p.Stats().Creating == warmpool.Creators+2
+	})
+	if w := r.p.Creators(); w != warmpool.Creators+2 {
+		t.Fatalf("creates at once: %d, want %d", w, warmpool.Creators+2)
 	}
 }
