@@ -97,7 +97,8 @@ bench: docker images minio ## run the benchmarks; one table: each figure, its ba
 	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench LiveView -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench 'BurstStarts|IdleSupervisor' -benchtime 1x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
-	   $(GO) test -run '^$$' -bench . -skip '$(BENCH_HOMES)' -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
+	   $(GO) test -run '^$$' -bench . -skip '$(BENCH_HOMES)|TwoSupervisors' -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
+	   $(GO) test -run '^$$' -bench TwoSupervisors -benchtime 1x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
 	   $(GO) test -run '^$$' -bench '$(BENCH_HOMES)' -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
 	   $(GO) test -run '^$$' -bench Connect1GiB -benchtime 6x -count 1 -timeout $(BENCH_TIMEOUT) ./egress/; \
 	   $(GO) test -run '^$$' -bench . -skip Connect1GiB -count 1 -timeout $(BENCH_TIMEOUT) $(BENCH_PKGS); } 2>&1 | $(BENCH_TABLE); \
