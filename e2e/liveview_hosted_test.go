@@ -3,14 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"image/png"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/computerd/desktop"
+	"github.com/berthdev/berth/internal/hostnet"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/e2b"
@@ -43,17 +41,12 @@ func TestLiveViewHosted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
-	disp := startXvfb(t, 1280, 720)
+	disp := testkit.StartXvfb(t, 1280, 720)
 
 	// The relay, on loopback, which the in-process computer reaches.
 	const secret = "e2e-turn-secret-0123456789"
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	pc, ln, err := hostnet.ListenUDPTCP("127.0.0.1", "0")
 	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
 		t.Fatal(err)
 	}
 	ts, err := turnserver.New(turnserver.Config{Secret: []byte(secret), RelayIP: netip.MustParseAddr("127.0.0.1"),
@@ -153,32 +146,4 @@ func TestLiveViewHosted(t *testing.T) {
 	if _, err := lv.Issue(ctx, "hd", views.URL); err == nil {
 		t.Error("a view link was issued after the session stopped")
 	}
-}
-
-// startXvfb starts an X server of w x h on a free display and returns it;
-// it is killed when the test ends.
-func startXvfb(t *testing.T, w, h int) string {
-	t.Helper()
-	r, wr, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cmd := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", fmt.Sprintf("%dx%dx24", w, h), "-nolisten", "tcp", "-noreset")
-	cmd.ExtraFiles = []*os.File{wr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	wr.Close()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var n int
-	if _, err := fmt.Fscan(r, &n); err != nil {
-		t.Fatalf("Xvfb did not start: %v", err)
-	}
-	disp := fmt.Sprintf(":%d", n)
-	testkit.Eventually(t, 10*time.Second, "Xvfb "+disp+" to answer", func() bool {
-		return exec.Command("xdpyinfo", "-display", disp).Run() == nil
-	})
-	return disp
 }

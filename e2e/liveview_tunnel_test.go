@@ -3,11 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"image/png"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,41 +40,12 @@ func TestLiveViewTunnel(t *testing.T) {
 	}, map[string]string{})
 	relay := s.d.TURNRelay()
 
-	rctx, stopRunner := context.WithCancel(ctx)
-	defer stopRunner()
-	ready := make(chan tunnel.Info, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- tunnel.Run(rctx, tunnel.Options{
-			Lifetime:       3 * time.Minute,
-			ConnectionFile: filepath.Join(t.TempDir(), "connection.json"),
-			Docker:         docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: desktopImage, MemoryMB: 1024},
-			Image:          "desktop",
-			TURNRelay:      relay,
-			LookPath:       func(string) (string, error) { return "", exec.ErrNotFound },
-			Ready:          func(i tunnel.Info) { ready <- i },
-		})
-	}()
-	var info tunnel.Info
-	select {
-	case info = <-ready:
-	case err := <-done:
-		t.Fatalf("runner ended: %v", err)
-	case <-ctx.Done():
-		t.Fatal("runner not ready")
-	}
-	runnerStopped := false
-	stop := func() {
-		if runnerStopped {
-			return
-		}
-		runnerStopped = true
-		stopRunner()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("runner: %v", err)
-		}
-	}
-	defer stop()
+	info, stop := runTunnel(t, ctx, tunnel.Options{
+		Lifetime:  3 * time.Minute,
+		Docker:    docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: desktopImage, MemoryMB: 1024},
+		Image:     "desktop",
+		TURNRelay: relay,
+	})
 	if info.TURN == "" {
 		t.Fatal("the desktop runner has no TURN forwarder")
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,31 +25,11 @@ func TestTunnelProvider(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ready := make(chan tunnel.Info, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- tunnel.Run(ctx, tunnel.Options{
-			Lifetime:       2 * time.Minute,
-			ConnectionFile: filepath.Join(t.TempDir(), "connection.json"),
-			Docker:         docker.Options{HeadlessImage: "berth/test:latest", MemoryMB: 256},
-			LookPath:       func(string) (string, error) { return "", exec.ErrNotFound },
-			Ready:          func(i tunnel.Info) { ready <- i },
-		})
-	}()
-	var info tunnel.Info
-	select {
-	case info = <-ready:
-	case err := <-done:
-		t.Fatalf("runner ended: %v", err)
-	case <-ctx.Done():
-		t.Fatal("runner not ready")
-	}
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("runner: %v", err)
-		}
-	}()
+	info, stopRunner := runTunnel(t, ctx, tunnel.Options{
+		Lifetime: 2 * time.Minute,
+		Docker:   docker.Options{HeadlessImage: "berth/test:latest", MemoryMB: 256},
+	})
+	defer stopRunner()
 
 	s := startSupervisorEgress(t, "berth/test:latest", daemon.EgressOptions{Listen: ":0"}, "docker", "tunnel")
 	s.must("POST", "/v1/agents", map[string]any{"id": "byo", "name": "byo"}, 201, nil)
@@ -112,4 +93,40 @@ func TestTunnelProvider(t *testing.T) {
 	if err != nil || strings.Contains(string(c.Credentials), info.Token) {
 		t.Fatalf("credentials not sealed: %v", err)
 	}
+}
+
+// runTunnel runs `berth agent tunnel`'s runner with opts (without
+// cloudflared, serving on loopback, its connection file in the test's
+// folder) until it is ready, and returns its info and a stop that ends it
+// and checks it ended cleanly; stop may be called more than once, and is
+// called when the test ends.
+func runTunnel(t *testing.T, ctx context.Context, opts tunnel.Options) (tunnel.Info, func()) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	ready := make(chan tunnel.Info, 1)
+	done := make(chan error, 1)
+	opts.ConnectionFile = filepath.Join(t.TempDir(), "connection.json")
+	opts.LookPath = func(string) (string, error) { return "", exec.ErrNotFound }
+	opts.Ready = func(i tunnel.Info) { ready <- i }
+	go func() { done <- tunnel.Run(rctx, opts) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("runner: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	select {
+	case info := <-ready:
+		return info, stop
+	case err := <-done:
+		done <- err
+		t.Fatalf("runner ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("runner not ready")
+	}
+	return tunnel.Info{}, stop
 }

@@ -456,10 +456,30 @@ agent_browser() {
 	put_tree "$pkg" "$1"
 }
 
+# build_context builds TAG (image NAME) from the build context CTX, whose
+# inputs hash to HASH, on the image FROM, unless TAG was built from those
+# inputs already.
+build_context() {
+	local name=$1 tag=$2 ctx=$3 hash=$4 from=$5 old t took
+	if up_to_date "$tag" "$hash"; then
+		log "$tag is up to date (inputs ${hash:0:12}), skipped"
+		record "$tag" skipped -
+		return
+	fi
+	log "building $tag (inputs ${hash:0:12}) from $from"
+	old=$(image_id "$tag")
+	t=$EPOCHREALTIME
+	docker_build "$name" "$tag" "$ctx" "$hash" --build-arg "BASE_IMAGE=$from"
+	took=$(since "$t")
+	retire "$old" "$tag"
+	log "built $tag in $took ($(image_size "$tag"))"
+	record "$tag" built "$took"
+}
+
 build_headless() {
 	build_base
 
-	local ctx hash base old t took
+	local ctx hash base
 	base=$(image_id "$BASE_TAG")
 	tmpdir ctx headless
 	put "$IMAGES/headless/Dockerfile" "$ctx/Dockerfile"
@@ -468,50 +488,26 @@ build_headless() {
 	install -m 0755 "$COMPUTERD" "$ctx/computerd"
 	hash=$(printf 'image=headless\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	if up_to_date "$HEADLESS_TAG" "$hash"; then
-		log "$HEADLESS_TAG is up to date (inputs ${hash:0:12}), skipped"
-		record "$HEADLESS_TAG" skipped -
-		return
-	fi
-	log "building $HEADLESS_TAG (inputs ${hash:0:12}) from $BASE_TAG"
-	old=$(image_id "$HEADLESS_TAG")
-	t=$EPOCHREALTIME
-	docker_build headless "$HEADLESS_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$BASE_TAG"
-	took=$(since "$t")
-	retire "$old" "$HEADLESS_TAG"
-	log "built $HEADLESS_TAG in $took ($(image_size "$HEADLESS_TAG"))"
-	record "$HEADLESS_TAG" built "$took"
+	build_context headless "$HEADLESS_TAG" "$ctx" "$hash" "$BASE_TAG"
 }
 
 build_desktop() {
 	build_headless
 
-	local ctx hash base old t took
+	local ctx hash base
 	base=$(image_id "$HEADLESS_TAG")
 	tmpdir ctx desktop
 	put "$IMAGES/desktop/Dockerfile" "$ctx/Dockerfile"
 	put_tree "$IMAGES/desktop/rootfs" "$ctx/rootfs"
 	hash=$(printf 'image=desktop\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	if up_to_date "$DESKTOP_TAG" "$hash"; then
-		log "$DESKTOP_TAG is up to date (inputs ${hash:0:12}), skipped"
-		record "$DESKTOP_TAG" skipped -
-		return
-	fi
-	log "building $DESKTOP_TAG (inputs ${hash:0:12}) from $HEADLESS_TAG"
-	old=$(image_id "$DESKTOP_TAG")
-	t=$EPOCHREALTIME
-	docker_build desktop "$DESKTOP_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$HEADLESS_TAG"
-	took=$(since "$t")
-	retire "$old" "$DESKTOP_TAG"
-	log "built $DESKTOP_TAG in $took ($(image_size "$DESKTOP_TAG"))"
-	record "$DESKTOP_TAG" built "$took"
+	build_context desktop "$DESKTOP_TAG" "$ctx" "$hash" "$HEADLESS_TAG"
 }
 
 build_supervisor() {
 	build_base
 
-	local ctx hash base old t took bin
+	local ctx hash base bin
 	base=$(image_id "$BASE_TAG")
 	bin=$(berth_bin)
 	tmpdir ctx supervisor
@@ -519,19 +515,7 @@ build_supervisor() {
 	install -m 0755 "$bin" "$ctx/berth"
 	hash=$(printf 'image=supervisor\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	if up_to_date "$SUPERVISOR_TAG" "$hash"; then
-		log "$SUPERVISOR_TAG is up to date (inputs ${hash:0:12}), skipped"
-		record "$SUPERVISOR_TAG" skipped -
-		return
-	fi
-	log "building $SUPERVISOR_TAG (inputs ${hash:0:12}) from $BASE_TAG"
-	old=$(image_id "$SUPERVISOR_TAG")
-	t=$EPOCHREALTIME
-	docker_build supervisor "$SUPERVISOR_TAG" "$ctx" "$hash" --build-arg "BASE_IMAGE=$BASE_TAG"
-	took=$(since "$t")
-	retire "$old" "$SUPERVISOR_TAG"
-	log "built $SUPERVISOR_TAG in $took ($(image_size "$SUPERVISOR_TAG"))"
-	record "$SUPERVISOR_TAG" built "$took"
+	build_context supervisor "$SUPERVISOR_TAG" "$ctx" "$hash" "$BASE_TAG"
 }
 
 main() {

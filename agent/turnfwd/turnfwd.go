@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/berthdev/berth/internal/hostnet"
 )
 
 // Bounds of the TURN forwarder.
@@ -54,22 +56,9 @@ type udpFlow struct {
 // Start listens on host (an IPv4 address of this machine) on a port free
 // for both UDP and TCP, and forwards what arrives there to target.
 func Start(host, target string, log *slog.Logger) (*Forwarder, error) {
-	var pc net.PacketConn
-	var ln net.Listener
-	for range 10 {
-		var err error
-		if pc, err = net.ListenPacket("udp4", net.JoinHostPort(host, "0")); err != nil {
-			return nil, err
-		}
-		port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
-		if ln, err = net.Listen("tcp4", net.JoinHostPort(host, port)); err == nil {
-			break
-		}
-		pc.Close()
-		pc = nil
-	}
-	if pc == nil {
-		return nil, errors.New("TURN forwarder: no port free for both UDP and TCP")
+	pc, ln, err := hostnet.ListenUDPTCP(host, "0")
+	if err != nil {
+		return nil, fmt.Errorf("TURN forwarder: %w", err)
 	}
 	f := &Forwarder{
 		log: log, pc: pc, ln: ln, host: host, port: pc.LocalAddr().(*net.UDPAddr).Port,

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 func wantBad(t *testing.T, err error, parts ...string) {
@@ -134,33 +136,8 @@ func TestCheckShot(t *testing.T) {
 // xvfb starts an Xvfb of its own for the test, on a free display.
 func xvfb(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("Xvfb"); err != nil {
-		t.Skip("needs Xvfb and xdotool (apt-get install xvfb xdotool)")
-	}
-	for n := 90; n < 120; n++ {
-		if _, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n)); err == nil {
-			continue
-		}
-		if _, err := os.Stat(fmt.Sprintf("/tmp/.X%d-lock", n)); err == nil {
-			continue
-		}
-		display := fmt.Sprintf(":%d", n)
-		cmd := exec.Command("Xvfb", display, "-screen", "0", "640x480x24", "-nolisten", "tcp", "-noreset")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(fmt.Sprintf("/tmp/.X11-unix/X%d", n)); err == nil {
-				return display
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Fatalf("Xvfb %s did not start", display)
-	}
-	t.Skip("no free X display")
-	return ""
+	testkit.RequireTools(t, "apt-get install -y xvfb x11-utils xdotool", "Xvfb", "xdpyinfo")
+	return testkit.StartXvfb(t, 640, 480)
 }
 
 func TestActionsOnXvfb(t *testing.T) {

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -45,34 +42,6 @@ func (w tlog) Write(p []byte) (int, error) {
 func needTools(t *testing.T) {
 	t.Helper()
 	testkit.RequireTools(t, "apt-get install -y xvfb ffmpeg x11-utils", "Xvfb", "ffmpeg", "xdpyinfo")
-}
-
-// xvfb starts a virtual screen on a display number it picks itself
-// (-displayfd) and returns the display.
-func xvfb(t *testing.T, w, h int) string {
-	t.Helper()
-	r, wr, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cmd := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", fmt.Sprintf("%dx%dx24", w, h), "-nolisten", "tcp", "-noreset")
-	cmd.ExtraFiles = []*os.File{wr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	wr.Close()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var n int
-	if _, err := fmt.Fscan(r, &n); err != nil {
-		t.Fatalf("Xvfb did not start: %v", err)
-	}
-	disp := fmt.Sprintf(":%d", n)
-	testkit.Eventually(t, 10*time.Second, "Xvfb "+disp+" to answer", func() bool {
-		return exec.Command("xdpyinfo", "-display", disp).Run() == nil
-	})
-	return disp
 }
 
 func turnServer(t *testing.T) string {
@@ -165,7 +134,7 @@ func TestStreamThroughTURN(t *testing.T) {
 	needTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	disp := xvfb(t, 640, 360)
+	disp := testkit.StartXvfb(t, 640, 360)
 	turnAddr := turnServer(t)
 	d := desktop.New(desktop.Config{Display: disp, Width: 640, Height: 360, IdleStop: 700 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})
@@ -203,7 +172,7 @@ func TestReconnectReplaces(t *testing.T) {
 	needTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	disp := xvfb(t, 320, 240)
+	disp := testkit.StartXvfb(t, 320, 240)
 	turnAddr := turnServer(t)
 	d := desktop.New(desktop.Config{Display: disp, Width: 320, Height: 240, Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})
 	defer d.Close()
@@ -221,7 +190,7 @@ func TestReconnectReplaces(t *testing.T) {
 // TestScreenshot answers a PNG of the screen's size.
 func TestScreenshot(t *testing.T) {
 	needTools(t)
-	disp := xvfb(t, 320, 240)
+	disp := testkit.StartXvfb(t, 320, 240)
 	d := desktop.New(desktop.Config{Display: disp, Width: 320, Height: 240})
 	defer d.Close()
 	srv := httptest.NewServer(d)
@@ -242,7 +211,7 @@ func TestScreenshot(t *testing.T) {
 // time has passed on the clock with no viewer, and not before.
 func TestIdleStop(t *testing.T) {
 	needTools(t)
-	disp := xvfb(t, 320, 240)
+	disp := testkit.StartXvfb(t, 320, 240)
 	clk := clock.NewFake(time.Now())
 	d := desktop.New(desktop.Config{Display: disp, Width: 320, Height: 240, IdleStop: time.Minute, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(tlog{t}, nil))})

@@ -1,11 +1,13 @@
-// Package hostnet answers questions about this host's network that the
-// supervisor and the docker provider both ask.
+// Package hostnet answers questions about this host's network, and opens
+// its listeners, for the supervisor, the docker provider and the agents.
 package hostnet
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 )
 
 // BridgeIPv4 returns the IPv4 address of the host's docker0 bridge: where
@@ -27,4 +29,26 @@ func BridgeIPv4() (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+}
+
+// ListenUDPTCP listens on UDP and TCP (IPv4) at the same host and port, as
+// a TURN relay or its forwarder does; port "0" picks one free for both,
+// trying ten times.
+func ListenUDPTCP(host, port string) (net.PacketConn, net.Listener, error) {
+	for range 10 {
+		pc, err := net.ListenPacket("udp4", net.JoinHostPort(host, port))
+		if err != nil {
+			return nil, nil, err
+		}
+		p := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+		ln, err := net.Listen("tcp4", net.JoinHostPort(host, p))
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, errors.New("no port free for both UDP and TCP")
 }

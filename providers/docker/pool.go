@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
-	"github.com/berthdev/berth/egress"
 	"github.com/berthdev/berth/providers"
 )
 
@@ -68,11 +67,8 @@ func (d *Docker) CreatePooled(ctx context.Context, spec providers.Spec, bindHash
 	}
 	env := map[string]string{}
 	if spec.Image == providers.ImageDesktop {
-		env = egress.WithoutProxyEnv(maps.Clone(spec.Env))
-		if env == nil {
-			env = map[string]string{}
-		}
-		delete(env, computerd.EnvTokenHash)
+		maps.Copy(env, spec.Env)
+		delete(env, computerd.EnvTokenHash) // only the bind gives a token
 	} else {
 		spec.Image = providers.ImageHeadless
 	}

@@ -131,9 +131,15 @@ func (c *Console) liveComputers(w http.ResponseWriter, q request) {
 		http.Error(w, "the computers could not be listed", http.StatusInternalServerError)
 		return
 	}
+	c.liveRows(w, q, "computers", "computerRows", d)
+}
+
+// liveRows answers the rows block of page's template drawn with data, for
+// the page's script; 304 when they have not changed (ETag).
+func (c *Console) liveRows(w http.ResponseWriter, q request, page, block string, data any) {
 	var buf bytes.Buffer
-	if err := c.tmpl["computers"].ExecuteTemplate(&buf, "computerRows", q.view("", "", d)); err != nil {
-		c.log.Error("render live computers", "err", err)
+	if err := c.tmpl[page].ExecuteTemplate(&buf, block, q.view("", "", data)); err != nil {
+		c.log.Error("render live rows", "page", page, "err", err)
 		http.Error(w, "the table could not be drawn", http.StatusInternalServerError)
 		return
 	}

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"encoding/csv"
 	"fmt"
 	"net/http"
@@ -56,17 +55,7 @@ func (c *Console) liveAttention(w http.ResponseWriter, q request) {
 		http.Error(w, "the sessions could not be listed", http.StatusInternalServerError)
 		return
 	}
-	var buf bytes.Buffer
-	if err := c.tmpl["attention"].ExecuteTemplate(&buf, "attentionRows", q.view("", "", xs)); err != nil {
-		c.log.Error("render live attention", "err", err)
-		http.Error(w, "the table could not be drawn", http.StatusInternalServerError)
-		return
-	}
-	if etag(w, q.Request, buf.Bytes()) {
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Write(buf.Bytes())
+	c.liveRows(w, q, "attention", "attentionRows", xs)
 }
 
 // confirmPage is the confirmation step before "Confirm provider cleanup".

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -67,7 +66,7 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("TURN_LISTEN=%q: the host must be an IP address of this machine", o.Listen)
 	}
-	pc, ln, err := listenUDPTCP(host, port)
+	pc, ln, err := hostnet.ListenUDPTCP(host, port)
 	if err != nil {
 		return nil, fmt.Errorf("TURN_LISTEN %s: %w", o.Listen, err)
 	}
@@ -122,27 +121,6 @@ func (d *Daemon) startTURN(ctx context.Context) (map[string]string, error) {
 		env[desktop.EnvIdleStop] = strconv.Itoa(o.IdleStopMS)
 	}
 	return env, nil
-}
-
-// listenUDPTCP opens UDP and TCP on the same port; port 0 picks one free
-// for both.
-func listenUDPTCP(host, port string) (net.PacketConn, net.Listener, error) {
-	for range 10 {
-		pc, err := net.ListenPacket("udp4", net.JoinHostPort(host, port))
-		if err != nil {
-			return nil, nil, err
-		}
-		p := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
-		ln, err := net.Listen("tcp4", net.JoinHostPort(host, p))
-		if err == nil {
-			return pc, ln, nil
-		}
-		pc.Close()
-		if port != "0" {
-			return nil, nil, err
-		}
-	}
-	return nil, nil, errors.New("no port free for both UDP and TCP")
 }
 
 // startLiveView gives the API the viewer links and pages when live view is
