@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +27,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The egress peers benchmark runs this binary again as its source
+	// server and its clients.
+	if role := os.Getenv(peerRoleEnv); role != "" {
+		os.Exit(runPeerRole(role))
+	}
 	testkit.VerifyTestMain(m)
 }
 
