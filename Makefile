@@ -101,10 +101,10 @@ BENCH_HOMES = Sleep1GiB|Wake1GiB|CheckpointExec|SleepWakeS3
 
 bench: docker images minio bench-peers ## run the benchmarks; one table: each figure, its baseline from the same run, their ratio, the target
 	@echo "load before: $$(uptime)"; \
-	{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density|LiveView|BurstStarts|IdleSupervisor' -benchtime 10x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/ ./providers/docker/; \
+	{ $(GO) test -run '^$$' -bench . -skip 'WarmStart|Density|LiveView|BurstStarts|SustainedStarts|IdleSupervisor' -benchtime 10x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/ ./providers/docker/; \
 	   $(GO) test -run '^$$' -bench WarmStart -benchtime 50x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench LiveView -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
-	   $(GO) test -run '^$$' -bench 'BurstStarts|IdleSupervisor' -benchtime 1x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
+	   $(GO) test -run '^$$' -bench 'BurstStarts|SustainedStarts|IdleSupervisor' -benchtime 1x -count 1 -timeout $(BENCH_TIMEOUT) ./e2e/; \
 	   $(GO) test -run '^$$' -bench . -skip '$(BENCH_HOMES)|TwoSupervisors' -benchtime 4000x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
 	   $(GO) test -run '^$$' -bench TwoSupervisors -benchtime 1x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \
 	   $(GO) test -run '^$$' -bench '$(BENCH_HOMES)' -benchtime 3x -count 1 -timeout $(BENCH_TIMEOUT) ./supervisor/apiserver/; \

@@ -125,6 +125,7 @@ var targets = map[string]target{
 	"console BenchmarkComputersPage/live-computers p50-ms":                   atMost(50, "ms (p50, 1,000 agents with sessions)"),
 	"e2e BenchmarkBurstStarts start-p50-ms":                                  atMost(50, "ms (p50 of 50 concurrent starts to first exec)"),
 	"e2e BenchmarkBurstStarts start-p99-ms":                                  atMost(500, "ms (p99 of 50 concurrent starts to first exec)"),
+	"e2e BenchmarkSustainedStarts sustained-start-p99-ms":                    ratioAtMost(1.2),
 	"e2e BenchmarkIdleSupervisor idle-cpu-%":                                 atMost(2, "percent of one core, 1,000 sessions"),
 	"e2e BenchmarkIdleSupervisor rss-MB":                                     atMost(200, "MB, 1,000 sessions"),
 	"e2e BenchmarkConsoleFirstPaint first-contentful-paint-ms":               atMost(500, "ms (p50, 1,000 agents with sessions)"),
