@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build dist deb image-supervisor run minio test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package
+.PHONY: help build dist deb image-supervisor run minio test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -122,6 +122,12 @@ bench-density: docker images ## start BERTH_DENSITY_N (default 100) idle headles
 app: ## build the companion app, bin/berth-companion (cgo: installs gcc and the GL/X11 headers as root, or names them)
 	@packaging/dev/app-deps.sh
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/berth-companion ./cmd/berth-companion
+
+companion-deb: ## build the companion's Debian package into dist/ (cgo; nfpm, cached)
+	VERSION=$(VERSION) GO=$(GO) packaging/companion/build.sh deb
+
+companion-windows: ## cross-build the companion for Windows into dist/ (mingw-w64, installed as root when missing)
+	VERSION=$(VERSION) GO=$(GO) packaging/companion/build.sh windows
 
 FYNE_CLI ?= fyne.io/tools/cmd/fyne@v1.7.4
 app-package: ## package the companion for Linux with fyne package: bin/berth-companion-linux.tar.xz

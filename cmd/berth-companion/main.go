@@ -23,7 +23,12 @@ func main() {
 	configDir := flag.String("config-dir", os.Getenv("BERTH_CONFIG_DIR"), "where pairing credentials fall back to an encrypted file (default: the user's config directory, berth/)")
 	hidden := flag.Bool("hidden", false, "start with the window hidden when the tray is up (start at login)")
 	debug := flag.Bool("debug", false, "log debug messages")
+	printVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *printVersion {
+		fmt.Println("berth-companion", version)
+		return
+	}
 
 	level := slog.LevelInfo
 	if *debug {

@@ -16,6 +16,10 @@
 #                 builds DIST/berth-linux-ARCH)
 #   DIST          output folder (default: dist at the top of the checkout)
 #   NFPM_VERSION  default v2.45.2
+#   NFPM_CONFIG   another package's nfpm configuration with the same three
+#                 fields (packaging/companion/build.sh uses it; BERTH_BIN is
+#                 then that package's binary and must be given)
+#   DEB_NAME      that package's name, for its file name (default berth)
 set -euo pipefail
 export LC_ALL=C
 
@@ -51,7 +55,12 @@ if [ ! -x "$CACHE/nfpm" ]; then
 		die "building nfpm $NFPM_VERSION failed"
 fi
 
+NFPM_CONFIG=${NFPM_CONFIG:-$HERE/nfpm.yaml}
+DEB_NAME=${DEB_NAME:-berth}
 BIN=${BERTH_BIN:-}
+if [ -z "$BIN" ] && [ "$DEB_NAME" != berth ]; then
+	die "BERTH_BIN: give the $DEB_NAME binary to package"
+fi
 if [ -z "$BIN" ]; then
 	VERSION=$VERSION DIST=$DIST GO=$GO "$ROOT/packaging/dist/build.sh" "linux/$ARCH"
 	BIN=$DIST/berth-linux-$ARCH
@@ -60,12 +69,12 @@ fi
 BIN=$(cd "$(dirname "$BIN")" && pwd -P)/$(basename "$BIN")
 
 mkdir -p "$DIST"
-out=$DIST/berth_${DEB_VERSION}_$ARCH.deb
+out=$DIST/${DEB_NAME}_${DEB_VERSION}_$ARCH.deb
 conf=$(mktemp "$DIST/.nfpm.XXXXXX.yaml")
 trap 'rm -f "$conf" "$out.tmp"' EXIT
 sed -e "s|\${BERTH_DEB_ARCH}|$ARCH|g" -e "s|\${BERTH_DEB_VERSION}|$DEB_VERSION|g" \
-	-e "s|\${BERTH_DEB_BIN}|$BIN|g" "$HERE/nfpm.yaml" >"$conf"
-(cd "$HERE" && "$CACHE/nfpm" package --config "$conf" --packager deb --target "$out.tmp" >&2) ||
+	-e "s|\${BERTH_DEB_BIN}|$BIN|g" "$NFPM_CONFIG" >"$conf"
+(cd "$(dirname "$NFPM_CONFIG")" && "$CACHE/nfpm" package --config "$conf" --packager deb --target "$out.tmp" >&2) ||
 	die "nfpm failed"
 mv "$out.tmp" "$out"
 printf '%s\n' "$out"
