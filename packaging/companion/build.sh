@@ -58,7 +58,7 @@ windows)
 	# -H windowsgui: no console window; static libgcc and winpthread, so
 	# the .exe needs only the DLLs every Windows has.
 	(cd "$ROOT" && CGO_ENABLED=1 GOOS=windows GOARCH=amd64 CC=x86_64-w64-mingw32-gcc-posix \
-		CGO_LDFLAGS="-static-libgcc -static" \
+		CGO_CFLAGS="-O1 -g0" CGO_LDFLAGS="-static-libgcc -static" \
 		"$GO" build -trimpath -ldflags "$LDFLAGS -H windowsgui" -o "$out.tmp" ./cmd/berth-companion)
 	mv "$out.tmp" "$out"
 	printf '%s\n' "$out"
