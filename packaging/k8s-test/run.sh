@@ -256,7 +256,7 @@ EOF
 	# that sets oomScoreAdj to 0 (root lacks CAP_SYS_RESOURCE here).
 	cat >"$RUN/cni/10-berth.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "berthk8s", "plugins": [
- {"type": "bridge", "bridge": "cni-berthk8s", "isGateway": true, "ipMasq": false,
+ {"type": "bridge", "bridge": "cni-berthk8s", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$RUN/cni/ipam"}},
  {"type": "loopback"}]}
 EOF
