@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build dist deb image-supervisor run minio test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
+.PHONY: help build dist deb image-supervisor run minio helm test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,10 +41,15 @@ run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1
 minio: ## build (cached) the MinIO server the object store tests run against
 	@packaging/minio-test/build.sh >/dev/null
 
-test: docker images minio ## run the whole suite, Docker integration tests included
+# The Helm chart's tests lint and render it with helm, built once from the Go
+# module proxy (about a minute) into ~/.cache/berth-helm.
+helm: ## build (cached) the helm CLI that lints, renders and installs packaging/helm/berth
+	@packaging/helm/build.sh >/dev/null
+
+test: docker images minio helm ## run the whole suite, Docker integration tests included
 	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it
+test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it
 	packaging/k8s-test/run.sh test
 
 test-live: ## check every hosted provider whose credentials are in the environment (E2B_API_KEY, ...) against the real service

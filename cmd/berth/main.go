@@ -150,7 +150,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	case errors.As(err, &usage) || !ran:
 		fmt.Fprintf(stderr, "berth: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
 		return exitUsage
-	case unreachable(err):
+	case unreachable(err) && !isServerRole(cmd):
 		fmt.Fprintf(stderr, "berth: cannot reach the supervisor (is it running? set --url or $BERTH_URL): %v\n", err)
 		return exitFailure
 	default:
@@ -201,6 +201,10 @@ func serverRole(cmd *cobra.Command) *cobra.Command {
 		"token": "its secrets come from the environment (SUPERVISOR_TOKEN, RELAY_TOKEN)",
 		"json":  "it prints no answers to format",
 	}
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[serverRoleAnnotation] = "true"
 	cmd.PreRunE = func(c *cobra.Command, _ []string) error {
 		for _, name := range []string{"url", "token", "json"} {
 			if c.Flags().Changed(name) {
@@ -210,6 +214,16 @@ func serverRole(cmd *cobra.Command) *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// serverRoleAnnotation marks the commands made by serverRole.
+const serverRoleAnnotation = "berth.server-role"
+
+// isServerRole reports whether cmd is a server command: a dial error there
+// is its own (its store, its providers), not a client failing to reach the
+// supervisor.
+func isServerRole(cmd *cobra.Command) bool {
+	return cmd != nil && cmd.Annotations[serverRoleAnnotation] == "true"
 }
 
 func usagef(format string, args ...any) error {

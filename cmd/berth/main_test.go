@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -268,5 +269,23 @@ func TestServerRolesRefuseClientFlags(t *testing.T) {
 		if strings.Contains(r.stdout+r.stderr, "not-used") {
 			t.Errorf("berth %s echoes the token: %s", strings.Join(c.args, " "), r.stderr)
 		}
+	}
+}
+
+// TestServerRoleDialErrorIsItsOwn: a supervisor that cannot reach its
+// PostgreSQL says so, and is not told to look for a supervisor.
+func TestServerRoleDialErrorIsItsOwn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connections are refused
+	t.Setenv("DEFAULT_PROVIDER", "tunnel")
+	t.Setenv("PROVIDERS", "")
+	t.Setenv("SUPERVISOR_TOKEN", "a-token-of-twenty-chars")
+	r := run(t, "", "supervisor", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--store", "postgres://berth@"+addr+"/berth")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "postgres") || strings.Contains(r.stderr, "cannot reach the supervisor") {
+		t.Errorf("exit %d, stderr %q: want %d and the store's own error", r.code, r.stderr, exitFailure)
 	}
 }

@@ -1,7 +1,9 @@
 #!/bin/sh
 # make test-k8s: build a single-node Kubernetes cluster from the Go module
 # proxy and Debian packages, start it on this machine, and run the
-# kubernetes provider's conformance test against it.
+# kubernetes provider's conformance test against it, then install the Helm
+# chart (packaging/helm/berth) into it and use a computer through the chart's
+# supervisors.
 #
 #   packaging/k8s-test/run.sh build   build (or reuse) the cached binaries
 #   packaging/k8s-test/run.sh up      build, then start the cluster; prints its env file
@@ -11,12 +13,17 @@
 # What it needs, as root on Debian 12: Go, the apt packages etcd-server,
 # containerd, containernetworking-plugins, iproute2 and openssl (installed
 # when missing), and the image berth/test in the local Docker engine
-# (images/build.sh). The binaries (kube-apiserver, kube-scheduler, kubelet
-# v1.34.1, built through a wrapper module that pins every k8s.io staging
-# module to v0.34.1) are cached under $BERTH_K8S_CACHE (default
-# ~/.cache/berth-k8s): about 14 minutes cold on an idle 2-core machine,
-# seconds when warm. The cluster lives in a temporary folder, listens on
-# loopback and a veth pair of its own, and is torn down on exit.
+# (images/build.sh); for the chart, PostgreSQL (initdb and postgres, run as
+# nobody) and helm (packaging/helm/build.sh, cached). The binaries
+# (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet v1.34.1,
+# built through a wrapper module that pins every k8s.io staging module to
+# v0.34.1) are cached under $BERTH_K8S_CACHE (default ~/.cache/berth-k8s):
+# about 14 minutes cold on an idle 2-core machine, seconds when warm; a
+# binary missing from an older cache is built alone. The cluster lives in a
+# temporary folder, listens on loopback and a veth pair of its own (the API
+# server and PostgreSQL on the node's address there, which pods reach), has
+# RBAC on, and is torn down on exit. It has no kube-proxy: Services have no
+# addresses that work, so tests reach pods at their own addresses.
 set -eu
 
 K8S_VERSION=v1.34.1
@@ -33,6 +40,8 @@ POD_CIDR=10.250.8.0/24
 SERVICE_CIDR=10.250.9.0/24
 ETCD_PORT=23790
 API_PORT=16443
+PG_PORT=25432
+SUPERVISOR_IMAGE=berth/supervisor:latest
 IMAGE=${BERTH_K8S_IMAGE:-berth/test:latest}
 
 log() { printf 'test-k8s: %s\n' "$*" >&2; }
@@ -52,7 +61,7 @@ need_packages() {
 
 build() {
 	if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] &&
-		[ -x "$BIN/runc-oom0" ] && [ -x "$BIN/pause" ]; then
+		[ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/runc-oom0" ] && [ -x "$BIN/pause" ]; then
 		log "using cached binaries in $BIN"
 		return
 	fi
@@ -82,6 +91,7 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
@@ -90,7 +100,9 @@ EOF
 		cd "$src"
 		export GOFLAGS=-mod=mod CGO_ENABLED=0
 		go mod tidy -e >&2 || true
-		for cmd in kube-apiserver kube-scheduler kubelet; do
+		# Each binary is built only when it is missing, so a cache from
+		# before a binary was added builds just that one.
+		for cmd in kube-apiserver kube-scheduler kube-controller-manager kubelet; do
 			[ -x "$BIN/$cmd" ] && continue
 			log "go build $cmd"
 			go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION" \
@@ -113,6 +125,8 @@ cleanup() {
 		for child in $(cat "$d"/task/*/children 2>/dev/null); do kill -9 "$child" 2>/dev/null; done
 		kill -9 "$shim" 2>/dev/null
 	done
+	# PostgreSQL stops at once on SIGINT (a fast shutdown).
+	[ -f "$RUN/postgres.pid" ] && kill -INT "$(cat "$RUN/postgres.pid")" 2>/dev/null
 	for f in "$RUN"/*.pid; do
 		[ -f "$f" ] || continue
 		pid=$(cat "$f")
@@ -127,6 +141,7 @@ cleanup() {
 	if [ -d "$RUN" ]; then
 		grep " $RUN/" /proc/mounts | awk '{print $2}' | sort -r | while read -r m; do umount -l "$m"; done
 	fi
+	while iptables -D FORWARD -i cni-berthk8s -o cni-berthk8s -m comment --comment berth-k8s -j ACCEPT 2>/dev/null; do :; done
 	ip link del "$NODE_IF" 2>/dev/null
 	ip link del cni-berthk8s 2>/dev/null
 	rm -rf "$RUN"
@@ -160,6 +175,10 @@ up() {
 	ip addr add "$NODE_IP/30" dev "$NODE_IF"
 	ip link set "$NODE_IF" up
 	ip link set "$PEER_IF" up
+	# Pod to pod over the bridge (the supervisor to a computer): with
+	# bridge netfilter on, bridged packets cross the FORWARD chain, whose
+	# policy Docker sets to DROP.
+	iptables -I FORWARD -i cni-berthk8s -o cni-berthk8s -m comment --comment berth-k8s -j ACCEPT
 
 	# A CA, the API server's certificate, and the service-account key.
 	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=berth-k8s-ca \
@@ -185,13 +204,12 @@ up() {
 
 	log "starting kube-apiserver"
 	setsid "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-		--bind-address 127.0.0.1 --secure-port "$API_PORT" --advertise-address "$NODE_IP" \
+		--bind-address "$NODE_IP" --secure-port "$API_PORT" --advertise-address "$NODE_IP" \
 		--tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
 		--client-ca-file "$pki/ca.crt" --token-auth-file "$pki/tokens.csv" \
-		--authorization-mode AlwaysAllow --anonymous-auth=false \
+		--authorization-mode Node,RBAC --anonymous-auth=false \
 		--service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
 		--service-account-issuer https://kubernetes.default.svc \
-		--disable-admission-plugins ServiceAccount \
 		--service-cluster-ip-range "$SERVICE_CIDR" \
 		--kubelet-preferred-address-types InternalIP \
 		--allow-privileged=false >"$RUN/kube-apiserver.log" 2>&1 &
@@ -202,7 +220,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: berth
-  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$pki/ca.crt"}
+  cluster: {server: "https://$NODE_IP:$API_PORT", certificate-authority: "$pki/ca.crt"}
 users:
 - name: admin
   user: {token: "$admin_token"}
@@ -217,19 +235,28 @@ current-context: admin
 EOF
 	sed 's/current-context: admin/current-context: node/' "$RUN/admin.kubeconfig" >"$RUN/node.kubeconfig"
 	wait_for kube-apiserver 240 curl -sf --cacert "$pki/ca.crt" -H "Authorization: Bearer $admin_token" \
-		"https://127.0.0.1:$API_PORT/readyz"
+		"https://$NODE_IP:$API_PORT/readyz"
 
 	log "starting kube-scheduler"
 	setsid "$BIN/kube-scheduler" --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
 		--bind-address 127.0.0.1 --secure-port 0 >"$RUN/kube-scheduler.log" 2>&1 &
 	echo $! >"$RUN/kube-scheduler.pid"
 
+	# The controllers: Deployments and StatefulSets make pods, namespaces
+	# and service accounts are filled in, garbage is collected.
+	log "starting kube-controller-manager"
+	setsid "$BIN/kube-controller-manager" --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
+		--bind-address 127.0.0.1 --secure-port 0 \
+		--service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+		--use-service-account-credentials=false >"$RUN/kube-controller-manager.log" 2>&1 &
+	echo $! >"$RUN/kube-controller-manager.pid"
+
 	# containerd of our own (its own root, state and socket; Docker's
 	# containerd is left alone), with the bridge CNI and a runc wrapper
 	# that sets oomScoreAdj to 0 (root lacks CAP_SYS_RESOURCE here).
 	cat >"$RUN/cni/10-berth.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "berthk8s", "plugins": [
- {"type": "bridge", "bridge": "cni-berthk8s", "isGateway": true, "ipMasq": false,
+ {"type": "bridge", "bridge": "cni-berthk8s", "isGateway": true, "isDefaultGateway": true, "ipMasq": false,
   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$RUN/cni/ipam"}},
  {"type": "loopback"}]}
 EOF
@@ -265,6 +292,9 @@ EOF
 	docker build -q -t berth.local/pause:k8s "$pausectx" >/dev/null
 	docker save berth.local/pause:k8s | ctr -a "$RUN/containerd.sock" -n k8s.io images import - >/dev/null
 	docker save "$IMAGE" | ctr -a "$RUN/containerd.sock" -n k8s.io images import - >/dev/null
+	if docker image inspect "$SUPERVISOR_IMAGE" >/dev/null 2>&1; then
+		docker save "$SUPERVISOR_IMAGE" | ctr -a "$RUN/containerd.sock" -n k8s.io images import - >/dev/null
+	fi
 	docker rmi berth.local/pause:k8s >/dev/null
 
 	cat >"$RUN/kubelet.yaml" <<EOF
@@ -304,18 +334,49 @@ EOF
 	echo $! >"$RUN/kubelet.pid"
 	wait_for kubelet 240 sh -c "kubectl --kubeconfig '$RUN/admin.kubeconfig' get node berth-node -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
 
-	# No controller manager runs, so nothing lifts the taint the node
-	# registered with; the node is ready, so lift it here.
+	# The node is ready: lift the taint it registered with now rather than
+	# wait for the node controller.
 	kubectl --kubeconfig "$RUN/admin.kubeconfig" taint nodes berth-node node.kubernetes.io/not-ready- >/dev/null 2>&1 || true
 	kubectl --kubeconfig "$RUN/admin.kubeconfig" create namespace berth-test >/dev/null
+	# Pods are admitted once their namespace has its default service account.
+	wait_for kube-controller-manager 120 kubectl --kubeconfig "$RUN/admin.kubeconfig" -n berth-test get serviceaccount default
 	cat >"$RUN/env" <<EOF
-BERTH_K8S_API_URL=https://127.0.0.1:$API_PORT
+BERTH_K8S_API_URL=https://$NODE_IP:$API_PORT
 BERTH_K8S_TOKEN=$admin_token
 BERTH_K8S_CA_FILE=$pki/ca.crt
 BERTH_K8S_NAMESPACE=berth-test
 BERTH_K8S_IMAGE=$IMAGE
+BERTH_K8S_KUBECONFIG=$RUN/admin.kubeconfig
 EOF
 	log "cluster ready; settings in $RUN/env"
+}
+
+# start_postgres runs PostgreSQL (as nobody, which it needs instead of root)
+# on the node's address, where pods reach it, with a password, and adds
+# its URL to the env file as BERTH_K8S_PG_URL.
+start_postgres() {
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+	if [ -z "$pgbin" ] || [ ! -x "$pgbin/initdb" ]; then
+		log "PostgreSQL is missing: apt-get install -y postgresql"
+		exit 1
+	fi
+	as_nobody="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+	pg=$RUN/postgres
+	mkdir -p "$pg"
+	openssl rand -hex 16 >"$pg/pw"
+	chown -R nobody:nogroup "$pg"
+	chmod 700 "$pg"
+	log "starting PostgreSQL on $NODE_IP:$PG_PORT"
+	$as_nobody "$pgbin/initdb" -D "$pg/data" -U berth --pwfile "$pg/pw" -E UTF8 \
+		--auth-local=trust --auth-host=scram-sha-256 >"$RUN/initdb.log" 2>&1
+	echo "host all all $POD_CIDR scram-sha-256" >>"$pg/data/pg_hba.conf"
+	setsid $as_nobody "$pgbin/postgres" -D "$pg/data" -p "$PG_PORT" -c listen_addresses="$NODE_IP" \
+		-c unix_socket_directories="$pg" -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+		>"$RUN/postgres.log" 2>&1 &
+	echo $! >"$RUN/postgres.pid"
+	wait_for postgres 120 $as_nobody "$pgbin/pg_isready" -q -h "$pg" -p "$PG_PORT"
+	$as_nobody "$pgbin/createdb" -h "$pg" -p "$PG_PORT" -U berth berth
+	echo "BERTH_K8S_PG_URL=postgres://berth:$(cat "$pg/pw")@$NODE_IP:$PG_PORT/berth?sslmode=disable" >>"$RUN/env"
 }
 
 case ${1:-test} in
@@ -332,14 +393,23 @@ down)
 test)
 	trap cleanup EXIT INT TERM
 	start=$(date +%s)
+	# For the chart: helm (cached) and the supervisor's image, which up
+	# imports into the node (both rebuilt only when their inputs changed).
+	BERTH_HELM=$("$REPO/packaging/helm/build.sh")
+	export BERTH_HELM
+	"$REPO/images/build.sh" supervisor >&2
 	up
+	start_postgres
 	set -a
 	. "$RUN/env"
 	set +a
 	log "running the kubernetes provider's tests against the cluster"
 	cd "$REPO"
 	go test -count=1 -p 1 -timeout 10m -run 'Cluster' -v ./providers/kubernetes/
-	log "done in $(($(date +%s) - start)) s"
+	t=$(date +%s)
+	log "installing the Helm chart and using a computer through its supervisors"
+	go test -count=1 -timeout 8m -run 'TestClusterInstall' -v ./packaging/helm/
+	log "chart install test in $(($(date +%s) - t)) s; done in $(($(date +%s) - start)) s"
 	;;
 *)
 	echo "usage: $0 [build|up|test|down]" >&2
