@@ -1,3 +1,5 @@
+//go:build linux
+
 package compose
 
 import (
@@ -84,7 +86,7 @@ func lines(s string) []string {
 	return out
 }
 
-func secret(t *testing.T) string {
+func secret() string {
 	b := make([]byte, 24)
 	rand.Read(b)
 	return hex.EncodeToString(b)
@@ -113,7 +115,7 @@ func TestCompose(t *testing.T) {
 	t0 := time.Now()
 	t.Logf("docker compose %s", version)
 
-	suffix := strconv.Itoa(os.Getpid()) + "-" + secret(t)[:8]
+	suffix := strconv.Itoa(os.Getpid()) + "-" + secret()[:8]
 	in := &instance{t: t, dir: t.TempDir(), project: "berth-compose-test-" + suffix}
 	src, err := os.ReadFile("compose.yaml")
 	if err != nil {
@@ -142,11 +144,11 @@ func TestCompose(t *testing.T) {
 		}
 		ports[k] = p
 	}
-	token := secret(t)
+	token := secret()
 	env := []string{
 		"SUPERVISOR_TOKEN=" + token,
-		"POSTGRES_PASSWORD=" + secret(t),
-		"RELAY_TOKEN=" + secret(t),
+		"POSTGRES_PASSWORD=" + secret(),
+		"RELAY_TOKEN=" + secret(),
 		"DOCKER_GID=" + strconv.Itoa(int(st.Gid)),
 		"BERTH_SUPERVISOR_IMAGE=" + supTag,
 		"BERTH_POSTGRES_IMAGE=" + pgTag,
@@ -229,6 +231,16 @@ func TestCompose(t *testing.T) {
 	if _, err := cli.Connect(ctx, api.ConnectRequest{Agent: "compose-agent", Provider: "docker", LeaseSeconds: 300}); err != nil {
 		t.Fatalf("connect docker: %v", err)
 	}
+	// Should the test end early, the computer is stopped before the
+	// project goes down (cleanups run last first).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cli.Stop(sctx, "compose-agent")
+	})
 	tStart := time.Now()
 	sess, err := cli.Start(ctx, "compose-agent")
 	if err != nil {
