@@ -560,6 +560,15 @@ main() {
 	ARCH=$(arch)
 	check_docker
 	mkdir -p "$CACHE/logs"
+	# One build at a time per cache: two would write the same binaries and
+	# move the same tags.
+	if command -v flock >/dev/null; then
+		exec 9>"$CACHE/.lock"
+		if ! flock -n 9; then
+			log "waiting for another images/build.sh to finish"
+			flock 9
+		fi
+	fi
 	local t=$EPOCHREALTIME
 	# berth/supervisor holds berth and berth/postgres PostgreSQL, not computerd.
 	[ "$need_computerd" = 0 ] || COMPUTERD=$(computerd)

@@ -24,7 +24,8 @@ import (
 )
 
 // The images compose.yaml runs; `make test` builds them (images,
-// image-supervisor, image-postgres).
+// image-supervisor, image-postgres). BERTH_SUPERVISOR_IMAGE names another
+// supervisor image to test.
 const (
 	supervisorImage = "berth/supervisor:latest"
 	postgresImage   = "berth/postgres:15"
@@ -109,6 +110,10 @@ func requireCompose(t *testing.T) string {
 // the supervisor to see the session kept in PostgreSQL, stops the
 // computer, and checks that `docker compose down -v` leaves nothing behind.
 func TestCompose(t *testing.T) {
+	supervisorImage := supervisorImage
+	if img := os.Getenv("BERTH_SUPERVISOR_IMAGE"); img != "" {
+		supervisorImage = img // as compose.yaml reads it
+	}
 	testkit.RequireDocker(t, supervisorImage, postgresImage, headlessImage)
 	version := requireCompose(t)
 	ctx := testkit.ContextTimeout(t, 5*time.Minute)
