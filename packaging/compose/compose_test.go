@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,9 +132,10 @@ func TestCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Tags of this test's own, so that another test rebuilding
-	// berth/supervisor:latest meanwhile changes nothing here.
-	supTag, pgTag := "berth/supervisor:compose-test-"+suffix, "berth/postgres:compose-test-"+suffix
+	// Tags of this test's own, in a repository of their own, so that
+	// another test rebuilding (and retiring) berth/supervisor:latest
+	// meanwhile changes nothing here.
+	supTag, pgTag := "berth-compose-test/supervisor:"+suffix, "berth-compose-test/postgres:"+suffix
 	docker(t, ctx, "tag", supervisorImage, supTag)
 	docker(t, ctx, "tag", postgresImage, pgTag)
 	t.Cleanup(func() { exec.Command("docker", "rmi", supTag, pgTag).Run() })
@@ -230,6 +233,21 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The supervisor reaches the relay's internal API with RELAY_TOKEN: it
+	// lists the relay's lenders (none yet), where an unreachable relay or a
+	// wrong token is a 503.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/lenders", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /v1/lenders: %v", err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("GET /v1/lenders through the relay: %d %s", resp.StatusCode, body)
+	}
+
 	if _, err := cli.CreateAgent(ctx, api.CreateAgentRequest{ID: "compose-agent", Name: "compose test"}); err != nil {
 		t.Fatalf("create agent: %v", err)
 	}
