@@ -118,7 +118,7 @@ func TestCompose(t *testing.T) {
 	}
 	testkit.RequireDocker(t, supervisorImage, postgresImage, headlessImage)
 	version := requireCompose(t)
-	ctx := testkit.ContextTimeout(t, 5*time.Minute)
+	ctx := testkit.ContextTimeout(t, 8*time.Minute)
 	t0 := time.Now()
 	t.Logf("docker compose %s", version)
 
@@ -189,7 +189,7 @@ func TestCompose(t *testing.T) {
 	})
 
 	tUp := time.Now()
-	in.compose(ctx, "up", "--detach", "--wait", "--wait-timeout", "150")
+	in.compose(ctx, "up", "--detach", "--wait", "--wait-timeout", "240")
 	t.Logf("docker compose up --wait: %v", time.Since(tUp).Round(time.Millisecond))
 
 	// Every service is up and healthy.
@@ -298,7 +298,7 @@ func TestCompose(t *testing.T) {
 	// running session in PostgreSQL, and reaches the same computer.
 	tRestart := time.Now()
 	in.compose(ctx, "restart", "supervisor")
-	in.compose(ctx, "up", "--detach", "--wait", "--wait-timeout", "120", "supervisor")
+	in.compose(ctx, "up", "--detach", "--wait", "--wait-timeout", "180", "supervisor")
 	t.Logf("supervisor restarted and healthy in %v", time.Since(tRestart).Round(time.Millisecond))
 	pids = append(pids, supervisorPID())
 	status, err := cli.Status(ctx, "compose-agent")
