@@ -6,7 +6,8 @@
 # Debian ships only the old Python docker-compose 1.x, so Compose v2 is
 # built from the Go module proxy at a pinned version into a cache,
 # $BERTH_COMPOSE_CACHE (default ~/.cache/berth-compose)/<version>/docker-compose
-# (about four minutes cold on a 2-core machine, instant when warm), then
+# (a long cold build: 36 minutes on a 2-core machine busy with other
+# builds; instant when cached), then
 # copied to the Docker CLI's plugin folder of this user,
 # ${DOCKER_CONFIG:-~/.docker}/cli-plugins/docker-compose. A missing or
 # damaged cache is rebuilt; a plugin already there at the pinned version is
@@ -39,7 +40,7 @@ if [ "$(version "$BIN")" != "$want" ]; then
 	mkdir -p "$CACHE/$COMPOSE_VERSION"
 	tmp=$(mktemp -d "$CACHE/$COMPOSE_VERSION/.build.XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
-	log "building compose $COMPOSE_VERSION into $BIN (about four minutes cold)"
+	log "building compose $COMPOSE_VERSION into $BIN (many minutes cold; cached afterwards)"
 	start=$(date +%s)
 	# Compose's go.mod has exclude directives, so `go install ...@version`
 	# refuses it: build inside a copy of the module's source instead, with
