@@ -336,6 +336,17 @@ func TestCompose(t *testing.T) {
 		}
 		return hs
 	}
+	// Every volume the project's containers use is one of its named
+	// volumes: an anonymous one (an image's VOLUME left uncovered) would
+	// outlive a plain `docker compose down`.
+	for _, id := range lines(in.compose(ctx, "ps", "--all", "--quiet")) {
+		for _, m := range strings.Fields(docker(t, ctx, "inspect", "--format", `{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}`, id)) {
+			if m != in.project+"_postgres" && m != in.project+"_supervisor" {
+				t.Errorf("container %s uses volume %s, not one of the project's named volumes", id, m)
+			}
+		}
+	}
+
 	pool := holders()
 	t.Logf("the supervisor's network pool before down: %v", pool)
 
