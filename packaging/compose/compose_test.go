@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/hostnet"
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/relay"
 )
 
 // The images compose.yaml runs; `make test` builds them (images,
@@ -140,6 +143,13 @@ func TestCompose(t *testing.T) {
 	docker(t, ctx, "tag", postgresImage, pgTag)
 	t.Cleanup(func() { exec.Command("docker", "rmi", supTag, pgTag).Run() })
 
+	// An image built before the supervisor image carried iptables cannot
+	// guard the host; say so rather than fail at its health check.
+	if out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", supTag,
+		"-c", "command -v iptables").CombinedOutput(); err != nil {
+		t.Fatalf("%s has no iptables (%v: %s); rebuild it with images/build.sh supervisor", supervisorImage, err, out)
+	}
+
 	var st syscall.Stat_t
 	if err := syscall.Stat("/var/run/docker.sock", &st); err != nil {
 		t.Fatalf("the supervisor needs the engine's socket at /var/run/docker.sock: %v", err)
@@ -153,6 +163,7 @@ func TestCompose(t *testing.T) {
 		ports[k] = p
 	}
 	token := secret()
+	relayURL := "ws://127.0.0.1:" + strconv.Itoa(ports["BERTH_RELAY_PORT"])
 	env := []string{
 		"SUPERVISOR_TOKEN=" + token,
 		"POSTGRES_PASSWORD=" + secret(),
@@ -165,6 +176,7 @@ func TestCompose(t *testing.T) {
 		"EGRESS_LISTEN=:" + strconv.Itoa(ports["egress"]),
 		"TURN_LISTEN=:" + strconv.Itoa(ports["turn"]),
 		"COMPUTER_NETWORK_POOL=1",
+		"RELAY_PUBLIC_URL=" + relayURL,
 		"BERTH_LOG_LEVEL=debug",
 	}
 	for _, k := range []string{"BERTH_API_PORT", "BERTH_RELAY_PORT", "BERTH_RELAY_INTERNAL_PORT", "BERTH_POSTGRES_PORT"} {
@@ -246,6 +258,41 @@ func TestCompose(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "[]" {
 		t.Errorf("GET /v1/lenders through the relay: %d %s", resp.StatusCode, body)
+	}
+
+	// A lender pairs with the supervisor and connects to the relay, which
+	// checks its token with the supervisor (RELAY_TOKEN); a wrong token is
+	// refused.
+	code, err := cli.CreatePairCode(ctx, "compose lender")
+	if err != nil {
+		t.Fatalf("pair code: %v", err)
+	}
+	paired, err := cli.Pair(ctx, code.Code, "compose lender")
+	if err != nil {
+		t.Fatalf("pair: %v", err)
+	}
+	if paired.RelayURL != relayURL {
+		t.Errorf("paired with relay %q, want RELAY_PUBLIC_URL %q", paired.RelayURL, relayURL)
+	}
+	dial := func(tok string) (int, error) {
+		c, resp, err := websocket.Dial(ctx, relayURL+relay.ConnectPath, &websocket.DialOptions{
+			HTTPHeader:   http.Header{"Authorization": {"Bearer " + tok}},
+			Subprotocols: []string{relay.Subprotocol},
+		})
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		if c != nil {
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+		return status, err
+	}
+	if status, err := dial(paired.Token); err != nil || status != http.StatusSwitchingProtocols {
+		t.Errorf("the lender's websocket to the relay: %d, %v", status, err)
+	}
+	if status, _ := dial("wrong" + paired.Token); status != http.StatusUnauthorized {
+		t.Errorf("a wrong lender token at the relay: %d, want 401", status)
 	}
 
 	if _, err := cli.CreateAgent(ctx, api.CreateAgentRequest{ID: "compose-agent", Name: "compose test"}); err != nil {
