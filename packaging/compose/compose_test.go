@@ -119,6 +119,9 @@ func TestCompose(t *testing.T) {
 	if img := os.Getenv("BERTH_SUPERVISOR_IMAGE"); img != "" {
 		supervisorImage = img // as compose.yaml reads it
 	}
+	if testing.Short() {
+		t.Skip("needs Docker; run without -short (make test)")
+	}
 	testkit.RequireDocker(t, supervisorImage, postgresImage, headlessImage)
 	version := requireCompose(t)
 	ctx := testkit.ContextTimeout(t, 8*time.Minute)

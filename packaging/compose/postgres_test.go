@@ -19,6 +19,9 @@ import (
 // TCP and refuses another, runs as uid 999, and keeps its data across a
 // restart.
 func TestPostgresImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Docker; run without -short (make test)")
+	}
 	testkit.RequireDocker(t, postgresImage)
 	ctx := testkit.ContextTimeout(t, 3*time.Minute)
 	name := "berth-postgres-image-test-" + secret()[:12]
