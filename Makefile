@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build dist deb image-supervisor run minio helm test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
+.PHONY: help build dist deb image-supervisor image-postgres compose-plugin compose-up compose-down run minio helm test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,21 @@ images: docker ## build the computer images offline (only what changed)
 image-supervisor: docker ## build the supervisor's container image berth/supervisor:latest offline (non-root, berth supervisor)
 	images/build.sh supervisor
 
+image-postgres: docker ## build berth/postgres:15 offline (Debian's PostgreSQL 15, non-root), the store of the compose and Helm installs
+	images/build.sh postgres
+
+# Docker's compose plugin (v2) is not packaged in Debian: it is built once
+# from the Go module proxy into ~/.cache/berth-compose and installed in
+# ~/.docker/cli-plugins.
+compose-plugin: ## build (cached) and install the docker compose plugin
+	@packaging/compose/install-plugin.sh >/dev/null
+
+compose-up: ## start Berth with docker compose (supervisor, PostgreSQL, relay, TURN): images, plugin and packaging/compose/.env made as needed
+	packaging/compose/up.sh
+
+compose-down: ## stop the docker compose instance (its data volumes are kept)
+	docker compose -f packaging/compose/compose.yaml down
+
 run: build images ## build everything and start `berth dev` on LISTEN (127.0.0.1:8080) with its data in DATA (berth-data)
 	$(BIN) dev --listen $(LISTEN) --data $(DATA)
 
@@ -46,7 +61,7 @@ minio: ## build (cached) the MinIO server the object store tests run against
 helm: ## build (cached) the helm CLI that lints, renders and installs packaging/helm/berth
 	@packaging/helm/build.sh >/dev/null
 
-test: docker images minio helm ## run the whole suite, Docker integration tests included
+test: docker images image-supervisor image-postgres minio helm compose-plugin ## run the whole suite, Docker integration tests included
 	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it

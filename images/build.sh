@@ -10,8 +10,12 @@
 #                               mousepad, xterm and ffmpeg (live view)
 #   berth/supervisor:latest     the base plus berth, running berth supervisor
 #                               as a non-root user (not part of all)
+#   berth/postgres:15           the base plus Debian's PostgreSQL 15, running
+#                               as the postgres user, the cluster made on the
+#                               first start (not part of all)
 #
-# Usage: images/build.sh [test|headless|desktop|supervisor|all]    (default: all)
+# Usage: images/build.sh [test|headless|desktop|supervisor|postgres|all]
+#        (default: all; several targets may be named)
 #
 # Every image is labelled dev.berth.inputs=<sha256 of what it is built from:
 # its build context (Dockerfile, files, computerd) and base image id, or for
@@ -51,6 +55,7 @@ readonly BASE_TAG=berth/debian-base:$SUITE
 readonly HEADLESS_TAG=berth/headless:latest
 readonly DESKTOP_TAG=berth/desktop:latest
 readonly SUPERVISOR_TAG=berth/supervisor:latest
+readonly POSTGRES_TAG=berth/postgres:15
 
 CACHE=${BERTH_IMAGES_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/berth/images}
 FORCE=${BERTH_IMAGES_FORCE:-0}
@@ -272,6 +277,15 @@ busybox() {
 	printf '/bin/busybox\n'
 }
 
+# build NAME runs build_NAME once per run of this script, however many
+# targets need it.
+declare -A BUILT=()
+build() {
+	[ -z "${BUILT[$1]:-}" ] || return 0
+	BUILT[$1]=1
+	"build_$1"
+}
+
 build_test() {
 	local ctx hash old t
 	tmpdir ctx test
@@ -477,7 +491,7 @@ build_context() {
 }
 
 build_headless() {
-	build_base
+	build base
 
 	local ctx hash base
 	base=$(image_id "$BASE_TAG")
@@ -492,7 +506,7 @@ build_headless() {
 }
 
 build_desktop() {
-	build_headless
+	build headless
 
 	local ctx hash base
 	base=$(image_id "$HEADLESS_TAG")
@@ -505,7 +519,7 @@ build_desktop() {
 }
 
 build_supervisor() {
-	build_base
+	build base
 
 	local ctx hash base bin
 	base=$(image_id "$BASE_TAG")
@@ -518,29 +532,53 @@ build_supervisor() {
 	build_context supervisor "$SUPERVISOR_TAG" "$ctx" "$hash" "$BASE_TAG"
 }
 
+build_postgres() {
+	build base
+
+	local ctx hash base
+	base=$(image_id "$BASE_TAG")
+	tmpdir ctx postgres
+	put "$IMAGES/postgres/Dockerfile" "$ctx/Dockerfile"
+	put "$IMAGES/postgres/berth-postgres" "$ctx/berth-postgres"
+	hash=$(printf 'image=postgres\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
+
+	build_context postgres "$POSTGRES_TAG" "$ctx" "$hash" "$BASE_TAG"
+}
+
 main() {
-	local what=${1:-all}
-	case $what in
-	test | headless | desktop | supervisor | all) ;;
-	-h | --help | help) usage 0 ;;
-	*) usage ;;
-	esac
-	[ "$#" -le 1 ] || usage
+	[ "$#" -gt 0 ] || set -- all
+	local what need_computerd=0
+	for what in "$@"; do
+		case $what in
+		test | headless | desktop | all) need_computerd=1 ;;
+		supervisor | postgres) ;;
+		-h | --help | help) usage 0 ;;
+		*) usage ;;
+		esac
+	done
 
 	ARCH=$(arch)
 	check_docker
 	mkdir -p "$CACHE/logs"
+	# One build at a time per cache: two would write the same binaries and
+	# move the same tags.
+	if command -v flock >/dev/null; then
+		exec 9>"$CACHE/.lock"
+		if ! flock -n 9; then
+			log "waiting for another images/build.sh to finish"
+			flock 9
+		fi
+	fi
 	local t=$EPOCHREALTIME
-	# berth/supervisor holds berth, not computerd.
-	[ "$what" = supervisor ] || COMPUTERD=$(computerd)
+	# berth/supervisor holds berth and berth/postgres PostgreSQL, not computerd.
+	[ "$need_computerd" = 0 ] || COMPUTERD=$(computerd)
 
-	case $what in
-	test) build_test ;;
-	headless) build_headless ;;
-	desktop) build_desktop ;;
-	supervisor) build_supervisor ;;
-	all) build_test && build_desktop ;;
-	esac
+	for what in "$@"; do
+		case $what in
+		all) build test && build desktop ;;
+		*) build "$what" ;;
+		esac
+	done
 
 	printf '\n%-28s %-8s %8s  %8s  %s\n' image result time size id
 	printf '%s\n' "${SUMMARY[@]}"
