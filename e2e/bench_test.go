@@ -54,16 +54,26 @@ func dockerClient(b testing.TB) *client.Client {
 // same image, no hardening, the default network.
 func bareStart(b *testing.B, ctx context.Context, cli *client.Client, image string) time.Duration {
 	b.Helper()
-	name := fmt.Sprintf("berth-bench-bare-%d", time.Now().UnixNano())
-	defer cli.ContainerRemove(context.WithoutCancel(ctx), name, client.ContainerRemoveOptions{Force: true})
 	start := time.Now()
-	if _, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: image}); err != nil {
+	ready, err := startBare(ctx, cli, image, fmt.Sprintf("berth-bench-bare-%d", time.Now().UnixNano()))
+	if err != nil {
 		b.Fatal(err)
+	}
+	return ready.Sub(start)
+}
+
+// startBare creates and starts a container of image named name, with
+// nothing of Berth's, and returns when the engine has started it; the
+// container is removed before it returns. It may run concurrently.
+func startBare(ctx context.Context, cli *client.Client, image, name string) (ready time.Time, err error) {
+	defer cli.ContainerRemove(context.WithoutCancel(ctx), name, client.ContainerRemoveOptions{Force: true})
+	if _, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: image}); err != nil {
+		return ready, fmt.Errorf("bare create: %w", err)
 	}
 	if _, err := cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
-		b.Fatal(err)
+		return ready, fmt.Errorf("bare start: %w", err)
 	}
-	return time.Since(start)
+	return time.Now(), nil
 }
 
 // BenchmarkColdStart times a REST start until the first exec is answered,

@@ -730,18 +730,13 @@ func BenchmarkBurstStarts(b *testing.B) {
 		var wg sync.WaitGroup
 		for i := range ds {
 			wg.Go(func() {
-				name := fmt.Sprintf("berth-bench-burst-%d-%d", time.Now().UnixNano(), i)
-				defer cli.ContainerRemove(context.WithoutCancel(ctx), name, client.ContainerRemoveOptions{Force: true})
 				began := time.Now()
-				if _, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: "berth/test:latest"}); err != nil {
-					b.Errorf("bare create: %v", err)
+				ready, err := startBare(ctx, cli, "berth/test:latest", fmt.Sprintf("berth-bench-burst-%d-%d", time.Now().UnixNano(), i))
+				if err != nil {
+					b.Error(err)
 					return
 				}
-				if _, err := cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
-					b.Errorf("bare start: %v", err)
-					return
-				}
-				ds[i] = float64(time.Since(began)) / float64(time.Millisecond)
+				ds[i] = float64(ready.Sub(began)) / float64(time.Millisecond)
 			})
 		}
 		wg.Wait()
@@ -807,16 +802,8 @@ func BenchmarkSustainedStarts(b *testing.B) {
 	}
 	// Each one returns when its computer is ready, after which it is
 	// removed or stopped, untimed.
-	bareOne := func(i int) (ready time.Time, err error) {
-		name := fmt.Sprintf("berth-bench-steady-%d-%d", time.Now().UnixNano(), i)
-		defer cli.ContainerRemove(context.WithoutCancel(ctx), name, client.ContainerRemoveOptions{Force: true})
-		if _, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Image: "berth/test:latest"}); err != nil {
-			return ready, fmt.Errorf("bare create: %w", err)
-		}
-		if _, err := cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
-			return ready, fmt.Errorf("bare start: %w", err)
-		}
-		return time.Now(), nil
+	bareOne := func(i int) (time.Time, error) {
+		return startBare(ctx, cli, "berth/test:latest", fmt.Sprintf("berth-bench-steady-%d-%d", time.Now().UnixNano(), i))
 	}
 	berthOne := func(int) (ready time.Time, err error) {
 		a := <-free

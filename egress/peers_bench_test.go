@@ -51,44 +51,22 @@ import (
 //	                           own connection: total MB/s and the longest
 //	                           wait for a byte any download saw
 func BenchmarkEgressPeers(b *testing.B) {
-	for _, bin := range []string{"squid", "tinyproxy", "curl"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			b.Fatalf("%s is not installed: run packaging/dev/bench-peers.sh (apt-get install squid tinyproxy curl)", bin)
-		}
-	}
-	src := startRole(b, "source")
-	h := start(b, nil)
-	h.resolver.set("peer.example", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), src)
-	h.dialer.route(ap(publicA, 443), src)
-	berth := &peerProxy{
-		name:  "berth",
-		proxy: "http://" + url.UserPassword(computer, h.password).String() + "@" + h.addr,
-		host:  "peer.example",
-		cpu:   cpuTime,
-	}
-	direct := &peerProxy{name: "direct", host: src}
-	squid := startSquid(b)
-	tiny := startTinyproxy(b)
-	squid.host, tiny.host = src, src
+	ps := startPeers(b)
+	berth, direct, squid, tiny := ps.berth, ps.direct, ps.squid, ps.tiny
 
 	const gib = 1 << 30
 	for _, other := range []*peerProxy{direct, squid, tiny} {
 		b.Run("connect-1GiB/vs="+other.name, func(b *testing.B) {
 			var ours, theirs transfer
 			for i := range b.N {
-				pair := []*peerProxy{berth, other}
-				if i%2 == 1 {
-					slices.Reverse(pair)
-				}
-				for _, p := range pair {
+				inTurns(i, func(p *peerProxy) {
 					t := curlDownload(b, p, gib)
 					if p == berth {
 						ours.add(t)
 					} else {
 						theirs.add(t)
 					}
-				}
+				}, berth, other)
 			}
 			b.ReportMetric(ours.mbps(), "berth-MB/s")
 			if other == direct {
@@ -106,11 +84,7 @@ func BenchmarkEgressPeers(b *testing.B) {
 		b.Run("small-get/vs="+other.name, func(b *testing.B) {
 			var d, ours, theirs []time.Duration
 			for i := range b.N {
-				order := []*peerProxy{direct, berth, other}
-				if i%2 == 1 {
-					slices.Reverse(order)
-				}
-				for _, p := range order {
+				inTurns(i, func(p *peerProxy) {
 					r := runClient(b, p, clientSpec{Size: 1 << 10, Requests: 520, Concurrency: 1})
 					// The first requests open the connection and warm it.
 					got := r.Durations[20:]
@@ -122,7 +96,7 @@ func BenchmarkEgressPeers(b *testing.B) {
 					default:
 						theirs = append(theirs, got...)
 					}
-				}
+				}, direct, berth, other)
 			}
 			base := median(d)
 			b.ReportMetric(float64(median(ours)-base)/1e3, "berth-added-p50-µs")
@@ -133,18 +107,14 @@ func BenchmarkEgressPeers(b *testing.B) {
 	b.Run("concurrent-200/vs=squid", func(b *testing.B) {
 		var ours, theirs clientResult
 		for i := range b.N {
-			pair := []*peerProxy{berth, squid}
-			if i%2 == 1 {
-				slices.Reverse(pair)
-			}
-			for _, p := range pair {
+			inTurns(i, func(p *peerProxy) {
 				r := runClient(b, p, clientSpec{Size: 8 << 20, Requests: 200, Concurrency: 200})
 				if p == berth {
 					ours.merge(r)
 				} else {
 					theirs.merge(r)
 				}
-			}
+			}, berth, squid)
 		}
 		b.ReportMetric(ours.mbps(), "berth-total-MB/s")
 		b.ReportMetric(theirs.mbps(), "base-total-MB/s")
@@ -163,15 +133,8 @@ func TestEgressPeersHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts squid and tinyproxy")
 	}
-	src := startRole(t, "source")
-	h := start(t, nil)
-	h.resolver.set("peer.example", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), src)
-	h.dialer.route(ap(publicA, 443), src)
-	berth := &peerProxy{name: "berth", proxy: "http://" + url.UserPassword(computer, h.password).String() + "@" + h.addr, host: "peer.example", cpu: cpuTime}
-	squid, tiny := startSquid(t), startTinyproxy(t)
-	squid.host, tiny.host = src, src
-	for _, p := range []*peerProxy{{name: "direct", host: src}, berth, squid, tiny} {
+	ps := startPeers(t)
+	for _, p := range []*peerProxy{ps.direct, ps.berth, ps.squid, ps.tiny} {
 		tr := curlDownload(t, p, 32<<20)
 		if tr.bytes != 32<<20 || tr.wall <= 0 {
 			t.Errorf("%s: curl moved %d bytes in %v", p.name, tr.bytes, tr.wall)
@@ -183,9 +146,57 @@ func TestEgressPeersHarness(t *testing.T) {
 	}
 	// The proxy still refuses a computer without its password: the route
 	// the benchmark uses is the real one, not an open door.
-	bad := &peerProxy{name: "berth, wrong password", proxy: "http://" + url.UserPassword(computer, "wrong").String() + "@" + h.addr, host: "peer.example"}
+	bad := &peerProxy{name: "berth, wrong password", proxy: "http://" + url.UserPassword(computer, "wrong").String() + "@" + ps.h.addr, host: "peer.example"}
 	if _, err := curl(t, bad, 1<<10); err == nil || !strings.Contains(err.Error(), "407") {
 		t.Errorf("a wrong password: %v, want a 407", err)
+	}
+}
+
+// peers are the source server and the ways to it the benchmark compares.
+type peers struct {
+	h                          *harness // Berth's proxy
+	direct, berth, squid, tiny *peerProxy
+}
+
+// startPeers starts the source process, Berth's proxy (which reaches the
+// source as peer.example, ports 80 and 443), squid and tinyproxy.
+func startPeers(tb testing.TB) *peers {
+	tb.Helper()
+	for _, bin := range []string{"squid", "tinyproxy", "curl"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			tb.Fatalf("%s is not installed: run packaging/dev/bench-peers.sh (apt-get install squid tinyproxy curl)", bin)
+		}
+	}
+	src := startRole(tb, "source")
+	h := start(tb, nil)
+	h.resolver.set("peer.example", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), src)
+	h.dialer.route(ap(publicA, 443), src)
+	ps := &peers{
+		h:      h,
+		direct: &peerProxy{name: "direct", host: src},
+		berth: &peerProxy{
+			name:  "berth",
+			proxy: "http://" + url.UserPassword(computer, h.password).String() + "@" + h.addr,
+			host:  "peer.example",
+			cpu:   cpuTime,
+		},
+		squid: startSquid(tb),
+		tiny:  startTinyproxy(tb),
+	}
+	ps.squid.host, ps.tiny.host = src, src
+	return ps
+}
+
+// inTurns calls fn with each of ways in order, or in reverse order on odd
+// rounds, so that none always goes first.
+func inTurns(round int, fn func(*peerProxy), ways ...*peerProxy) {
+	order := slices.Clone(ways)
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	for _, p := range order {
+		fn(p)
 	}
 }
 

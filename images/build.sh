@@ -470,11 +470,12 @@ agent_browser() {
 	put_tree "$pkg" "$1"
 }
 
-# build_context builds TAG (image NAME) from the build context CTX, whose
-# inputs hash to HASH, on the image FROM, unless TAG was built from those
-# inputs already.
+# build_context builds TAG (image NAME) from the build context CTX on the
+# image FROM, unless TAG was built from the same inputs already: the name,
+# FROM's image id and the context's hash.
 build_context() {
-	local name=$1 tag=$2 ctx=$3 hash=$4 from=$5 old t took
+	local name=$1 tag=$2 ctx=$3 from=$4 hash old t took
+	hash=$(printf 'image=%s\nbase=%s\ncontext=%s\n' "$name" "$(image_id "$from")" "$(context_hash "$ctx")" | sha256)
 	if up_to_date "$tag" "$hash"; then
 		log "$tag is up to date (inputs ${hash:0:12}), skipped"
 		record "$tag" skipped -
@@ -493,56 +494,48 @@ build_context() {
 build_headless() {
 	build base
 
-	local ctx hash base
-	base=$(image_id "$BASE_TAG")
+	local ctx
 	tmpdir ctx headless
 	put "$IMAGES/headless/Dockerfile" "$ctx/Dockerfile"
 	put_tree "$IMAGES/headless/rootfs" "$ctx/rootfs"
 	agent_browser "$ctx/agent-browser"
 	install -m 0755 "$COMPUTERD" "$ctx/computerd"
-	hash=$(printf 'image=headless\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	build_context headless "$HEADLESS_TAG" "$ctx" "$hash" "$BASE_TAG"
+	build_context headless "$HEADLESS_TAG" "$ctx" "$BASE_TAG"
 }
 
 build_desktop() {
 	build headless
 
-	local ctx hash base
-	base=$(image_id "$HEADLESS_TAG")
+	local ctx
 	tmpdir ctx desktop
 	put "$IMAGES/desktop/Dockerfile" "$ctx/Dockerfile"
 	put_tree "$IMAGES/desktop/rootfs" "$ctx/rootfs"
-	hash=$(printf 'image=desktop\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	build_context desktop "$DESKTOP_TAG" "$ctx" "$hash" "$HEADLESS_TAG"
+	build_context desktop "$DESKTOP_TAG" "$ctx" "$HEADLESS_TAG"
 }
 
 build_supervisor() {
 	build base
 
-	local ctx hash base bin
-	base=$(image_id "$BASE_TAG")
+	local ctx bin
 	bin=$(berth_bin)
 	tmpdir ctx supervisor
 	put "$IMAGES/supervisor/Dockerfile" "$ctx/Dockerfile"
 	install -m 0755 "$bin" "$ctx/berth"
-	hash=$(printf 'image=supervisor\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	build_context supervisor "$SUPERVISOR_TAG" "$ctx" "$hash" "$BASE_TAG"
+	build_context supervisor "$SUPERVISOR_TAG" "$ctx" "$BASE_TAG"
 }
 
 build_postgres() {
 	build base
 
-	local ctx hash base
-	base=$(image_id "$BASE_TAG")
+	local ctx
 	tmpdir ctx postgres
 	put "$IMAGES/postgres/Dockerfile" "$ctx/Dockerfile"
 	put "$IMAGES/postgres/berth-postgres" "$ctx/berth-postgres"
-	hash=$(printf 'image=postgres\nbase=%s\ncontext=%s\n' "$base" "$(context_hash "$ctx")" | sha256)
 
-	build_context postgres "$POSTGRES_TAG" "$ctx" "$hash" "$BASE_TAG"
+	build_context postgres "$POSTGRES_TAG" "$ctx" "$BASE_TAG"
 }
 
 main() {
