@@ -492,9 +492,11 @@ func (p *berthProc) stop(t *testing.T) {
 var _ = fmt.Sprintf
 
 // TestRelayProcess runs the parts as separate processes, as in production:
-// berth supervisor (RELAY_URL, RELAY_TOKEN, RELAY_PUBLIC_URL), berth relay,
-// and a paired berth agent run; a local connection that names no lender
-// uses the only one, through the relay's internal API.
+// berth supervisor (RELAY_URL=lookup, RELAY_TOKEN, RELAY_PUBLIC_URL), berth
+// relay, reporting its lenders to the supervisor, and a paired berth agent
+// run; a local connection that names no lender uses the only one, through
+// the relay's internal API. (RELAY_URL naming one relay is what the compose
+// install runs.)
 func TestRelayProcess(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -506,11 +508,12 @@ func TestRelayProcess(t *testing.T) {
 	env := append(os.Environ(),
 		"SUPERVISOR_TOKEN="+token, "RELAY_TOKEN=relay-process-relay-token-0123", "COMPUTER_IMAGE_HEADLESS=berth/test:latest",
 		"EGRESS_LISTEN=off", "COMPUTER_NETWORK_POOL=0",
-		"RELAY_URL=http://127.0.0.1:"+internalPort, "RELAY_PUBLIC_URL=ws://127.0.0.1:"+agentsPort+"/v1/agents/connect",
+		"RELAY_URL=lookup", "RELAY_PUBLIC_URL=ws://127.0.0.1:"+agentsPort+"/v1/agents/connect",
 		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
 	sup := startProc(t, ctx, env, "supervisor", "--listen", "127.0.0.1:"+supPort, "--data", filepath.Join(dir, "sup"))
 	sup.waitLine(t, regexp.MustCompile(`berth supervisor: (listening) on`))
 	rel := startProc(t, ctx, env, "relay", "--listen", "127.0.0.1:"+agentsPort, "--internal-listen", "127.0.0.1:"+internalPort, "--supervisor", supURL)
+	rel.waitLine(t, regexp.MustCompile(`msg="reporting lenders to the (supervisor)" advertise=http://127.0.0.1:`+internalPort))
 	rel.waitLine(t, regexp.MustCompile(`berth relay: agents connect to (ws://\S+)`))
 
 	var code struct{ Code string }

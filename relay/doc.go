@@ -19,18 +19,15 @@
 //
 // # Several relays
 //
-// Only one relay is run today, but nothing ties an agent to a given relay.
-// With several relays behind one name, each agent lands on whichever relay
-// its connection reaches. Each relay reports presence to the supervisor's
-// store as (agent id, relay address, online, connected at, last seen,
-// version), where the relay address is the relay's own internal URL, not
-// the shared public name. To reach an agent, the supervisor reads the row
-// for that agent and sends its request to the relay recorded there (which
-// exposes the same per-agent transport over an internal, authenticated
-// endpoint). When an agent moves, the newer connection's row replaces the
-// older one (rows carry connected-at, and the latest wins); a relay that
-// stops reporting has its rows expire after a few report intervals, so the
-// agent shows as offline with its last-seen time until it reconnects
-// somewhere. A request in flight on a relay that dies fails and is reported
-// as uncertain by the caller; it is never replayed.
+// Lenders may be spread over several relays. Each relay reports the
+// lenders it holds to the supervisor (relayserver.Server.Report, at
+// relayserver.ReportPath), naming itself by its internal API's URL; the
+// supervisor keeps each report in its store as a lease that the relay
+// renews, so a relay that dies loses its lenders within seconds. A
+// supervisor with RELAY_URL=lookup reaches each lender through the relay
+// its row names (relayserver.Router). When a lender is reported by two
+// relays, the link that began later wins. A lending agent given several
+// relay URLs moves to the next when its relay goes away; a request in
+// flight on a relay that dies fails, is reported as uncertain by the
+// caller, and is never replayed.
 package relay

@@ -283,7 +283,7 @@ func TestDefaults(t *testing.T) {
 		kubernetes.SettingSupervisorNamespace: releaseNS,
 		"EGRESS_LISTEN":                       "$(POD_IP):3128",
 		"TURN_LISTEN":                         "$(POD_IP):3478",
-		"RELAY_URL":                           "http://" + fullname + "-relay-internal:8081",
+		"RELAY_URL":                           "lookup",
 	}
 	for k, want := range wantEnv {
 		if got, ok := env[k]; !ok || got.value != want {
@@ -407,7 +407,15 @@ func TestDefaults(t *testing.T) {
 	}
 	checkHardened(t, rpod, "relay")
 	r.must(t, "Service", fullname+"-relay")
-	r.must(t, "Service", fullname+"-relay-internal")
+	if r.find("Service", fullname+"-relay-internal") != nil {
+		t.Errorf("a Service in front of the relays' internal APIs: supervisors reach each relay pod by the address it reports")
+	}
+	if args := strs(list(rc, "args")); !slices.Contains(args, "--advertise=http://$(POD_IP):8081") {
+		t.Errorf("relay args %v: want it to advertise its pod's internal API", args)
+	}
+	if f := fieldRefOf(rc, "POD_IP"); f != "status.podIP" {
+		t.Errorf("relay POD_IP from %q: want the pod's IP from the downward API (status.podIP)", f)
+	}
 	r.must(t, "NetworkPolicy", fullname+"-relay")
 	r.must(t, "Service", fullname+"-supervisor")
 	if r.find("StatefulSet", fullname+"-postgresql") != nil {
@@ -527,6 +535,17 @@ func envOf(c any) map[string]envVar {
 		out[str(e, "name")] = envVar{value: str(e, "value"), secret: str(e, "valueFrom", "secretKeyRef", "name")}
 	}
 	return out
+}
+
+// fieldRefOf returns the downward-API field an env variable of container
+// c is taken from, or "".
+func fieldRefOf(c any, name string) string {
+	for _, e := range list(c, "env") {
+		if str(e, "name") == name {
+			return str(e, "valueFrom", "fieldRef", "fieldPath")
+		}
+	}
+	return ""
 }
 
 func container(t *testing.T, pod any, name string) any {

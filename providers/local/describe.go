@@ -17,7 +17,7 @@ func (*Local) Describe() providers.Description {
 	return providers.Description{
 		Summary: "someone else's machine, lent by its owner (berth agent run): computers run there, not on this host, reached through the relay the owner's agent connects out to",
 		Settings: []providers.Setting{
-			{Name: SettingRelayURL, Required: true, Help: "the relay's internal API, http(s)://HOST:PORT (not needed under berth dev)"},
+			{Name: SettingRelayURL, Required: true, Help: "the relay's internal API, http(s)://HOST:PORT, or lookup for several relays that report their lenders (not needed under berth dev)"},
 			{Name: SettingRelayToken, Required: true, Secret: true, Help: "the token the relay's internal API shares, at least 16 characters (not needed under berth dev)"},
 			{Name: SettingCPUs, Help: "CPUs asked for each lent computer, " + strconv.FormatFloat(lending.MinCPUs, 'g', -1, 64) + " to " + strconv.Itoa(lending.MaxCPUs) + " (the owner's setting when empty)"},
 			{Name: SettingMemoryMB, Help: "memory asked for each lent computer, " + strconv.FormatInt(lending.MinMemoryMB, 10) + " to " + strconv.FormatInt(lending.MaxMemoryMB, 10) + " MB (the owner's setting when empty)"},

@@ -86,6 +86,9 @@ func init() {
 			return FromConfig(cfg, cfg.Relay)
 		}
 		base, tok := cfg.Get(SettingRelayURL, ""), cfg.Get(SettingRelayToken, "")
+		if base == relayserver.Lookup {
+			return nil, fmt.Errorf("%s=%s: only the supervisor (berth supervisor) looks lenders' relays up, in its store", SettingRelayURL, relayserver.Lookup)
+		}
 		if base == "" || tok == "" {
 			return nil, fmt.Errorf("the local provider reaches lenders through a relay: set %s (the relay's internal API) and %s (berth dev runs a relay of its own)", SettingRelayURL, SettingRelayToken)
 		}

@@ -22,7 +22,9 @@ import (
 // Config configures Run.
 type Config struct {
 	// URL is the relay's websocket endpoint, e.g.
-	// wss://relay.example.com/v1/agents/connect.
+	// wss://relay.example.com/v1/agents/connect. For Run it may name
+	// several relays separated by commas: Run connects to one, and moves
+	// to the next when it cannot be reached or its link drops.
 	URL string
 	// Token is the agent token issued at pairing.
 	Token string
@@ -88,18 +90,21 @@ func Run(ctx context.Context, cfg Config) error {
 	if b == nil {
 		b = NewBackoff(cfg.Clock)
 	}
-	for {
-		sess, err := Connect(ctx, cfg)
+	urls := URLs(cfg.URL)
+	for i := 0; ; i = (i + 1) % len(urls) {
+		one := cfg
+		one.URL = urls[i]
+		sess, err := Connect(ctx, one)
 		if err == nil {
 			b.Connected()
-			log.Info("connected to relay")
+			log.Info("connected to relay", "relay", one.URL)
 			if cfg.OnConnect != nil {
 				cfg.OnConnect()
 			}
 			err = serve(ctx, cfg, sess)
-			log.Info("relay link lost", "err", err)
+			log.Info("relay link lost", "relay", one.URL, "err", err)
 		} else if ctx.Err() == nil {
-			log.Warn("connect to relay failed", "err", err)
+			log.Warn("connect to relay failed", "relay", one.URL, "err", err)
 		}
 		if cfg.OnDisconnect != nil && ctx.Err() == nil {
 			cfg.OnDisconnect(err)
@@ -113,7 +118,7 @@ func Run(ctx context.Context, cfg Config) error {
 // Connect dials the relay once and returns the multiplexed session, on
 // which the relay opens streams. Most callers want Run.
 func Connect(ctx context.Context, cfg Config) (*yamux.Session, error) {
-	if err := CheckURL(cfg.URL, cfg.Insecure); err != nil {
+	if err := checkOne(cfg.URL, cfg.Insecure); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	h := http.Header{}

@@ -11,7 +11,39 @@ import (
 // https:// go anywhere, plain ws:// and http:// only to a loopback host
 // (127.0.0.0/8, ::1 or localhost), unless insecure allows them anyway.
 // The error, wrapping ErrInsecureURL, names the URL and --insecure.
+// rawURL may name several relays separated by commas; each is checked.
 func CheckURL(rawURL string, insecure bool) error {
+	urls := URLs(rawURL)
+	if len(urls) == 0 {
+		return fmt.Errorf("URL %q: no relay named", rawURL)
+	}
+	if len(urls) > MaxURLs {
+		return fmt.Errorf("URL: %d relays named, more than %d", len(urls), MaxURLs)
+	}
+	for _, u := range urls {
+		if err := checkOne(u, insecure); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MaxURLs bounds how many relays one agent may name.
+const MaxURLs = 16
+
+// URLs splits a relay URL setting that names several relays, separated by
+// commas, into its URLs.
+func URLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func checkOne(rawURL string, insecure bool) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return fmt.Errorf("URL %q: %w", rawURL, err)

@@ -35,6 +35,13 @@ func TestCheckURL(t *testing.T) {
 		{"http://192.0.2.10:8080", true, true},
 		{"ftp://127.0.0.1/", true, false},
 		{"ws:///v1/agents/connect", true, false},
+		// Several relays: every one must pass.
+		{"wss://r1.example.com/v1/agents/connect, wss://r2.example.com/v1/agents/connect", false, true},
+		{"wss://r1.example.com/v1/agents/connect,ws://r2.example.com/v1/agents/connect", false, false},
+		{"ws://r1.example.com/v1/agents/connect,ws://r2.example.com/v1/agents/connect", true, true},
+		{" , ", false, false},
+		{"", false, false},
+		{strings.Repeat("wss://r.example.com/v1/agents/connect,", 17), false, false},
 	} {
 		err := CheckURL(tc.url, tc.insecure)
 		if (err == nil) != tc.ok {

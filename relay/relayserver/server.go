@@ -57,6 +57,8 @@ type Server struct {
 	closed     bool
 	lenders    map[string]*lender
 	transports map[string]*http.Transport
+	// changed wakes Report after a presence change.
+	changed chan struct{}
 }
 
 type lender struct {
@@ -83,6 +85,7 @@ func New(cfg Config) *Server {
 		clock:      clk,
 		lenders:    make(map[string]*lender),
 		transports: make(map[string]*http.Transport),
+		changed:    make(chan struct{}, 1),
 	}
 }
 
@@ -215,6 +218,10 @@ func (s *Server) seen(lenderID string, sess *yamux.Session, t time.Time) {
 }
 
 func (s *Server) report(p Presence) {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
 	if s.cfg.OnPresence != nil {
 		s.cfg.OnPresence(p)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/ratelimit"
+	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/liveview"
 	"github.com/berthdev/berth/supervisor/store"
@@ -47,6 +48,10 @@ type Handler struct {
 	// RelayToken is RELAY_TOKEN: when set, a relay running as its own
 	// process checks lending agents' tokens at relayserver.AuthenticatePath.
 	RelayToken string
+	// RelayReport records a relay's report of the lenders it holds
+	// (relayserver.ReportPath, guarded by RelayToken); nil leaves the
+	// route unknown.
+	RelayReport func(context.Context, relayserver.Report) error
 	// Egress is the egress proxy whose counters GET /metrics shows; nil
 	// when it is off.
 	Egress EgressStats

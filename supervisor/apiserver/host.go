@@ -23,6 +23,7 @@ func (h *Handler) hostRoutes() {
 	m := h.mux
 	m.HandleFunc("GET /v1/lenders", h.lenders)
 	m.HandleFunc("POST "+relayserver.AuthenticatePath, h.relayAuthenticate)
+	m.HandleFunc("POST "+relayserver.ReportPath, h.relayReport)
 	m.Handle("GET /metrics", h.Protect(http.HandlerFunc(h.metrics)))
 	m.HandleFunc("/view/", h.viewer)
 }
@@ -65,13 +66,7 @@ func (h *Handler) lenders(w http.ResponseWriter, r *http.Request) {
 // guarded by RELAY_TOKEN. A wrong agent token is 401 and logged without the
 // token.
 func (h *Handler) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
-	if h.RelayToken == "" {
-		h.noRoute(w, r)
-		return
-	}
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get(relayserver.TokenHeader)), []byte(h.RelayToken)) != 1 {
-		h.log.Warn("relay token check refused: wrong RELAY_TOKEN", "remote", r.RemoteAddr)
-		writeError(w, &supervisor.Error{Status: http.StatusUnauthorized, Code: supervisor.CodeUnauthorized, Message: "missing or wrong " + relayserver.TokenHeader})
+	if !h.relayCaller(w, r, h.RelayToken != "") {
 		return
 	}
 	var in relayserver.AuthenticateRequest
@@ -85,6 +80,44 @@ func (h *Handler) relayAuthenticate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpjson.Write(w, http.StatusOK, relayserver.AuthenticateAnswer{LenderID: c.ID})
+}
+
+// relayCaller reports whether r comes from a relay: the route is on
+// (else it is unknown) and r carries RELAY_TOKEN (else 401, logged).
+func (h *Handler) relayCaller(w http.ResponseWriter, r *http.Request, on bool) bool {
+	if !on || h.RelayToken == "" {
+		h.noRoute(w, r)
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(relayserver.TokenHeader)), []byte(h.RelayToken)) != 1 {
+		h.log.Warn("relay call refused: wrong RELAY_TOKEN", "remote", r.RemoteAddr, "path", r.URL.Path)
+		writeError(w, &supervisor.Error{Status: http.StatusUnauthorized, Code: supervisor.CodeUnauthorized, Message: "missing or wrong " + relayserver.TokenHeader})
+		return false
+	}
+	return true
+}
+
+// relayReport records a relay's report of the lenders it holds, guarded
+// by RELAY_TOKEN: 204, or 400 naming the field and its limit.
+func (h *Handler) relayReport(w http.ResponseWriter, r *http.Request) {
+	if !h.relayCaller(w, r, h.RelayReport != nil) {
+		return
+	}
+	var in relayserver.Report
+	if err := supervisor.BodyError(httpjson.Decode(w, r, relayserver.MaxReportBytes, &in)); err != nil {
+		writeError(w, supervisor.AsError(err))
+		return
+	}
+	if err := in.Check(); err != nil {
+		writeError(w, &supervisor.Error{Status: http.StatusBadRequest, Code: supervisor.CodeBadRequest, Message: err.Error()})
+		return
+	}
+	if err := h.RelayReport(r.Context(), in); err != nil {
+		h.log.Warn("record a relay's report", "relay", in.Relay, "err", err)
+		writeError(w, &supervisor.Error{Status: http.StatusServiceUnavailable, Code: supervisor.CodeUnavailable, Message: "the report could not be recorded"})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // EgressStats is the egress proxy as GET /metrics reads it.

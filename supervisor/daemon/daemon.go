@@ -28,6 +28,7 @@ import (
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/lending"
 	"github.com/berthdev/berth/providers"
+	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/relay/turnserver"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
@@ -80,7 +81,9 @@ type Options struct {
 
 	// Relay, when set, is how providers that run computers on lent
 	// machines reach lenders (the relay in this process, for berth dev);
-	// otherwise such a provider reads RELAY_URL and RELAY_TOKEN.
+	// otherwise such a provider reads RELAY_URL and RELAY_TOKEN, and
+	// RELAY_URL=lookup reaches each lender through the relay that reported
+	// it (several relays).
 	Relay providers.LenderRelay
 	// RelayURL is the websocket URL lenders' agents connect to, given to
 	// each agent when it pairs.
@@ -188,6 +191,14 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	if !found {
 		return nil, fmt.Errorf("DEFAULT_PROVIDER %q is not among the configured providers %v", o.DefaultProvider, ids)
+	}
+	if o.Relay == nil && o.Getenv("RELAY_URL") == relayserver.Lookup {
+		r, err := relayserver.NewRouter(relayLinks{d}, o.RelayToken, nil)
+		if err != nil {
+			return nil, fmt.Errorf("RELAY_URL=%s: %w", relayserver.Lookup, err)
+		}
+		o.Relay, d.opts.Relay = r, r
+		o.Logger.Info("lenders are reached through the relay that holds each, as relays report them")
 	}
 	d.Providers = map[string]providers.Provider{}
 	for _, id := range ids {
@@ -324,6 +335,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		return err
 	}
 	h.RelayToken = o.RelayToken
+	h.RelayReport = d.recordRelayReport
 	h.PublicURL = o.LiveView.PublicURL
 	rate, burst, err := apiserver.RateFromEnv(o.Getenv)
 	if err != nil {

@@ -192,6 +192,7 @@ type Store interface {
 	Seats
 	DesktopSeats
 	ConsoleSessions
+	LenderLinks
 	Archives
 	Close() error
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
 		{"IdleSleepDue", testIdleSleepDue},
 		{"BrowserOptions", testBrowserOptions}, {"DesktopSeats", testDesktopSeats}, {"ConsoleSessions", testConsoleSessions},
+		{"LenderLinks", testLenderLinks},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
