@@ -31,10 +31,13 @@ const (
 // TestClusterInstall installs the chart into the single-node cluster of
 // make test-k8s (packaging/k8s-test/run.sh, which sets BERTH_K8S_* and
 // imports berth/supervisor into the node), waits for its two supervisors
-// and the relay, then through the supervisors' REST API starts a computer
-// with the kubernetes provider (connected through one supervisor, started
-// and run through the other), runs a command in its pod, stops it, and
-// uninstalls the release: nothing of it may be left.
+// and its two relays, then through the supervisors' REST API starts a
+// computer with the kubernetes provider (connected through one supervisor,
+// started and run through the other) and runs a command in its pod; two
+// lenders on this machine link to the two relay pods and run a computer
+// each, started through one supervisor and used through the other; then it
+// uninstalls the release: nothing of it may be left. Two supervisors, two
+// relays and a cluster serve one set of users.
 func TestClusterInstall(t *testing.T) {
 	apiURL := os.Getenv("BERTH_K8S_API_URL")
 	if apiURL == "" {
@@ -75,6 +78,12 @@ func TestClusterInstall(t *testing.T) {
 		kc.CoreV1().Namespaces().Delete(cctx, computersNS, metav1.DeleteOptions{})
 	})
 
+	// The relays reach the supervisors at this address, on the node
+	// (supervisorsFront, in place of the Service this cluster cannot route).
+	front, err := net.Listen("tcp", net.JoinHostPort(apiHost, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, err := helm(t, "install", clusterRelease, chartDir, "--kubeconfig", kubeconfig,
 		"--namespace", clusterNS, "--create-namespace",
 		"--set", "postgresql.url="+pgURL,
@@ -86,6 +95,7 @@ func TestClusterInstall(t *testing.T) {
 		"--set", "computers.memoryMB=256", "--set", "computers.cpus=0.5", "--set", "computers.diskMB=512",
 		"--set", "secrets.keep=false",
 		"--set", "turn.service.type=ClusterIP", "--set", "relay.service.type=ClusterIP",
+		"--set", "relay.replicas=2", "--set", "relay.supervisorURL=http://"+front.Addr().String(),
 		"--set", "supervisor.resources.requests.cpu=10m", "--set", "relay.resources.requests.cpu=10m")
 	if err != nil {
 		t.Fatal(err)
@@ -103,10 +113,13 @@ func TestClusterInstall(t *testing.T) {
 		return len(supervisors) == 2
 	})
 	step("2 supervisors Ready")
-	testkit.EventuallyContext(t, ctx, "the relay pod Ready", func() bool {
-		return len(readyPods(ctx, kc, clusterNS, "app.kubernetes.io/instance="+clusterRelease+",app.kubernetes.io/component=relay")) == 1
+	supervisorsFront(ctx, t, front, supervisors)
+	var relays []corev1.Pod
+	testkit.EventuallyContext(t, ctx, "two relay pods Ready", func() bool {
+		relays = readyPods(ctx, kc, clusterNS, "app.kubernetes.io/instance="+clusterRelease+",app.kubernetes.io/component=relay")
+		return len(relays) == 2
 	})
-	step("relay Ready")
+	step("2 relays Ready")
 
 	// The operator token, as NOTES.txt tells an operator to read it.
 	sec, err := kc.CoreV1().Secrets(clusterNS).Get(ctx, clusterRelease, metav1.GetOptions{})
@@ -166,6 +179,11 @@ func TestClusterInstall(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 	step("computer stopped, pod gone")
+
+	// Two lenders on this machine, each linked to one relay pod: the
+	// supervisors find each through the relay that reports it.
+	lendThroughRelays(ctx, t, a, b, token, relays)
+	step("a computer on each of two lenders, through the two relays")
 
 	if _, err := helm(t, "uninstall", clusterRelease, "--namespace", clusterNS, "--kubeconfig", kubeconfig, "--wait", "--timeout", "2m"); err != nil {
 		t.Fatal(err)
