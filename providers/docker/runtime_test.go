@@ -161,3 +161,13 @@ func TestPrepareEngineDown(t *testing.T) {
 		t.Errorf("Runtime = %v, want the engine's error", err)
 	}
 }
+
+// underGVisor reports whether d's computers run under runsc.
+func underGVisor(t *testing.T, ctx context.Context, d *Docker) bool {
+	t.Helper()
+	c, err := d.Runtime(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Name == DetectedRuntime
+}
