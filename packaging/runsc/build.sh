@@ -6,6 +6,7 @@
 #   packaging/runsc/build.sh              # build, print the path
 #   packaging/runsc/build.sh register     # build, add "runsc" to the engine
 #   packaging/runsc/build.sh unregister   # put the engine back as it was
+#                                         # (also after a run that was killed)
 #
 # runsc is built from the Go module proxy at a pinned version into
 # $BERTH_RUNSC_CACHE (default ~/.cache/berth-runsc)/<version>/runsc: about
@@ -154,9 +155,15 @@ unregister() {
 	fi
 	# The engine forgets runsc only on a reload that names runtimes, so
 	# reload once with the runtimes it had before, then put the original
-	# file back (the engine keeps what it loaded).
-	merge ""
-	reload no
+	# file back (the engine keeps what it loaded). With no engine running
+	# (a run that was killed, cleaned up before the engine starts), the
+	# file alone is put back.
+	if [ -n "$(pidof dockerd || true)" ]; then
+		merge ""
+		reload no
+	else
+		log "no dockerd runs: only putting $DAEMON_JSON back"
+	fi
 	if [ -e "$SAVED" ]; then
 		cp -p "$SAVED" "$DAEMON_JSON"
 	else
