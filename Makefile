@@ -8,7 +8,7 @@ LISTEN ?= 127.0.0.1:8080
 DATA ?= berth-data
 TEST_TIMEOUT ?= 40m
 
-.PHONY: help build dist deb image-supervisor image-postgres compose-plugin compose-up compose-down run minio helm test test-k8s test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
+.PHONY: help build dist deb image-supervisor image-postgres compose-plugin compose-up compose-down run minio helm test test-k8s test-runsc test-live test-short fuzz images docker bench bench-peers bench-density lint clean app app-package companion-deb companion-windows
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -66,6 +66,12 @@ test: docker images image-supervisor image-postgres minio helm compose-plugin ##
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it
 	packaging/k8s-test/run.sh test
+
+# gVisor's runsc is built once from the Go module proxy (about four
+# minutes) into ~/.cache/berth-runsc, and registered with the engine only
+# while the tests run: packaging/runsc/test.sh.
+test-runsc: docker images ## build (cached) gVisor's runsc, register it with the engine for the test's time, run the docker provider's conformance suite under it (detected, SANDBOX_RUNTIME unset) and compare create -> ready with runc
+	GO=$(GO) packaging/runsc/test.sh
 
 test-live: ## check every hosted provider whose credentials are in the environment (E2B_API_KEY, ...) against the real service
 	BERTH_LIVE=1 $(GO) test -count=1 -timeout 20m -v -run 'TestLive$$' ./conformance/live/

@@ -167,6 +167,29 @@ type LenderLister interface {
 	Lenders(ctx context.Context) ([]relay.Presence, error)
 }
 
+// Preparer is a provider that looks at its backend before the supervisor
+// serves, and settles there how it runs (the docker provider chooses the
+// runtime its computers run under). The supervisor calls Prepare once at
+// start; an error stops it.
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
+// Fact is one thing a Prober found, such as the runtime computers run
+// under.
+type Fact struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Prober is a provider that can say what it would find in its backend with
+// the settings cfg gives, for `berth providers`. Like Describe, Probe must
+// work on the zero value of the provider's type; it reports what it could
+// not find in the facts rather than failing.
+type Prober interface {
+	Probe(ctx context.Context, cfg Config) []Fact
+}
+
 // WorkspaceLookup returns the workspace of the (AI) agent agentID.
 type WorkspaceLookup func(ctx context.Context, agentID string) (string, error)
 

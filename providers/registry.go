@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
@@ -84,4 +85,17 @@ func DescriptionOf(id string) (Description, bool) {
 		return Description{}, false
 	}
 	return d.Describe(), true
+}
+
+// Probe asks the provider id what it finds in its backend with cfg's
+// settings (see Prober); ok is false when the provider cannot probe.
+func Probe(ctx context.Context, id string, cfg Config) (facts []Fact, ok bool) {
+	mu.Lock()
+	d := describers[id]
+	mu.Unlock()
+	p, ok := d.(Prober)
+	if !ok {
+		return nil, false
+	}
+	return p.Probe(ctx, cfg), true
 }

@@ -92,6 +92,12 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if err != nil {
 		return err
 	}
+	// The sandbox runtime (runsc when the engine has it): one the engine
+	// lacks stops the agent now rather than at the first computer.
+	if err := probe.Prepare(ctx); err != nil {
+		probe.Close()
+		return fmt.Errorf("agent: %w", err)
+	}
 	host := probe.Options().Host
 	probe.Close()
 	eng, err := NewDockerEngine(host)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,7 +27,11 @@ the credentials each connection gives, and whether it is configured in this
 environment: enabled (named by PROVIDERS or DEFAULT_PROVIDER, and local
 wherever RELAY_URL is set) with every required setting set, as berth
 supervisor would configure them. berth dev also turns on tunnel and, with
-its own relay, local. Secret values are never printed.`,
+its own relay, local. Secret values are never printed.
+
+For an enabled provider that can look at its backend, it also says what
+it finds there: for docker, the runtime computers run under and why
+(runsc when the engine lists it and SANDBOX_RUNTIME is unset).`,
 		Example: "  berth providers\n  PROVIDERS=docker,e2b berth providers e2b",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids := providers.IDs()
@@ -39,7 +45,7 @@ its own relay, local. Secret values are never printed.`,
 			}
 			views := make([]providerView, 0, len(ids))
 			for _, id := range ids {
-				views = append(views, describeProvider(id, os.Getenv))
+				views = append(views, describeProvider(cmd.Context(), id, os.Getenv))
 			}
 			if jsonOutput(cmd) {
 				return printJSON(cmd, views)
@@ -60,6 +66,9 @@ type providerView struct {
 	Settings    []settingView `json:"settings"`
 	Credentials []settingView `json:"credentials"`
 	Described   bool          `json:"described"`
+	// Found is what an enabled provider finds in its backend (see
+	// providers.Prober).
+	Found []providers.Fact `json:"found,omitempty"`
 }
 
 type settingView struct {
@@ -96,7 +105,10 @@ func enabledProviders(getenv func(string) string) ([]string, string) {
 	return ids, def
 }
 
-func describeProvider(id string, getenv func(string) string) providerView {
+// probeTimeout bounds what `berth providers` asks one provider's backend.
+const probeTimeout = 10 * time.Second
+
+func describeProvider(ctx context.Context, id string, getenv func(string) string) providerView {
 	enabled, def := enabledProviders(getenv)
 	v := providerView{ID: id, Enabled: slices.Contains(enabled, id), Default: id == def, Settings: []settingView{}, Credentials: []settingView{}}
 	d, ok := providers.DescriptionOf(id)
@@ -117,6 +129,11 @@ func describeProvider(id string, getenv func(string) string) providerView {
 	}
 	v.Missing = d.Missing(getenv)
 	v.Configured = v.Enabled && len(v.Missing) == 0
+	if v.Configured {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		v.Found, _ = providers.Probe(ctx, id, providers.Config{Getenv: getenv})
+		cancel()
+	}
 	return v
 }
 
@@ -135,6 +152,9 @@ func printProviders(w io.Writer, views []providerView) error {
 			fmt.Fprint(w, " (DEFAULT_PROVIDER)")
 		}
 		fmt.Fprintln(w)
+		for _, f := range v.Found {
+			fmt.Fprintf(w, "  %s: %s\n", f.Name, f.Value)
+		}
 		if !v.Described {
 			fmt.Fprintln(w, "  describes no settings")
 			continue

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/fake"
 )
 
@@ -142,5 +143,43 @@ func TestProvidersRelayTurnsLocalOn(t *testing.T) {
 	}
 	if strings.Join(o.Providers, ",") != "docker,local" {
 		t.Errorf("supervisor providers = %v, want docker,local", o.Providers)
+	}
+}
+
+// TestProvidersRuntime checks that berth providers asks the engine which
+// runtime docker computers run under, and says why.
+func TestProvidersRuntime(t *testing.T) {
+	testkit.RequireDocker(t)
+	t.Setenv("PROVIDERS", "docker")
+	t.Setenv("DEFAULT_PROVIDER", "docker")
+	for _, c := range []struct{ setting, want string }{
+		{"runc", "runtime: runc (set: SANDBOX_RUNTIME=runc)"},
+		{"berth-no-such-runtime", `runtime: error: SANDBOX_RUNTIME="berth-no-such-runtime" is not a runtime the engine has (it has `},
+		// runsc only while the engine lists it (make test-runsc).
+		{"", "runtime: "},
+	} {
+		t.Setenv("SANDBOX_RUNTIME", c.setting)
+		r := run(t, "", "providers", "docker")
+		if r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if !strings.Contains(r.stdout, "\n  "+c.want) {
+			t.Errorf("SANDBOX_RUNTIME=%q: output lacks %q:\n%s", c.setting, c.want, r.stdout)
+		}
+		if c.setting == "" && !strings.Contains(r.stdout, "(detected: the engine lists runsc") && !strings.Contains(r.stdout, "(engine default: ") {
+			t.Errorf("SANDBOX_RUNTIME unset: output says no reason for the runtime:\n%s", r.stdout)
+		}
+	}
+
+	// Not enabled: the engine is not asked.
+	t.Setenv("PROVIDERS", "e2b")
+	t.Setenv("DEFAULT_PROVIDER", "e2b")
+	r := run(t, "", "--json", "providers", "docker")
+	var views []providerView
+	if err := json.Unmarshal([]byte(r.stdout), &views); err != nil || len(views) != 1 {
+		t.Fatalf("decode %q: %v", r.stdout, err)
+	}
+	if len(views[0].Found) != 0 {
+		t.Errorf("docker not enabled, yet probed: %+v", views[0].Found)
 	}
 }

@@ -25,7 +25,7 @@ func (*Docker) Describe() providers.Description {
 			{Name: SettingTmpMB, Default: itoa(DefaultTmpMB), Help: "size of each computer's in-memory /tmp, MB"},
 			{Name: SettingDiskMB, Default: itoa(DefaultDiskMB), Help: "most each computer can write to disk (its home), " + itoa(MinDiskMB) + " to " + itoa(MaxDiskMB) + " MB; 0 for no limit, which lets a computer fill the host's disk"},
 			{Name: SettingShmMB, Default: itoa(DefaultShmMB), Help: "size of each computer's /dev/shm, MB"},
-			{Name: SettingRuntime, Help: "container runtime, e.g. runsc for gVisor (the engine's default when empty)"},
+			{Name: SettingRuntime, Help: "container runtime computers run under; unset: runsc (gVisor) when the engine lists it, else the engine's default; the default's name (runc) turns gVisor off"},
 			{Name: SettingNetworkPool, Default: itoa(DefaultNetworkPool), Help: "computer networks made ahead of time, 0 to 64"},
 			{Name: SettingWarmPool, Default: "0", Help: "started headless computers kept waiting, at least, 0 to " + itoa(MaxWarmPool) + " (also " + SettingWarmPoolMin + ")"},
 			{Name: SettingWarmPoolMin, Help: "another name for " + SettingWarmPool},

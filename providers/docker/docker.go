@@ -72,6 +72,9 @@ type Docker struct {
 	cli  *client.Client
 	log  *slog.Logger
 	pool *netPool // nil when networks are made at start
+
+	runtimeMu sync.Mutex
+	runtime   *RuntimeChoice // nil until the engine was asked (see Runtime)
 }
 
 // New returns a provider for the engine at opts.Host. It does not contact
@@ -325,7 +328,11 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 	if !strings.HasPrefix(netID, "container:") {
 		dns = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})}
 	}
-	_, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+	runtime, err := d.hostRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: n.container,
 		Config: &container.Config{
 			Image:  image,
@@ -343,7 +350,7 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 			CapDrop:     []string{"ALL"},
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,
-			Runtime:     d.opts.Runtime,
+			Runtime:     runtime,
 			LogConfig:   logConfig(),
 			Mounts: []mount.Mount{{
 				Type:   mount.TypeVolume,
@@ -368,8 +375,8 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 		}
 	}
 	err = d.engineErr(err)
-	if d.opts.Runtime != "" && strings.Contains(err.Error(), "runtime") {
-		err = fmt.Errorf("%w (%s=%s: is that runtime registered with the engine?)", err, SettingRuntime, d.opts.Runtime)
+	if runtime != "" && strings.Contains(err.Error(), "runtime") {
+		err = fmt.Errorf("%w (runtime %s: is it still registered with the engine?)", err, runtime)
 	}
 	return fmt.Errorf("create container %s: %w", n.container, err)
 }

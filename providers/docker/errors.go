@@ -10,4 +10,6 @@ var (
 	// ErrLeftover: resources of an earlier attempt for the same computer are
 	// still on the host; destroy the computer before creating it again.
 	ErrLeftover = errors.New("resources of an earlier attempt remain")
+	// ErrRuntime: SANDBOX_RUNTIME names a runtime the engine does not list.
+	ErrRuntime = errors.New("sandbox runtime not on the engine")
 )

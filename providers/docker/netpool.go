@@ -257,6 +257,10 @@ func (d *Docker) newHolder(ctx context.Context, name string) (holder, error) {
 		return fail(err)
 	}
 	memory, pids := int64(32<<20), int64(16)
+	runtime, err := d.holderRuntime(ctx)
+	if err != nil {
+		return fail(err)
+	}
 	cres, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: name,
 		Config: &container.Config{
@@ -269,7 +273,7 @@ func (d *Docker) newHolder(ctx context.Context, name string) (holder, error) {
 			DNS:            []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1})},
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
-			Runtime:        d.opts.Runtime,
+			Runtime:        runtime,
 			LogConfig:      logConfig(),
 			Resources:      container.Resources{Memory: memory, MemorySwap: memory, PidsLimit: &pids},
 		},

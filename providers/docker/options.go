@@ -102,8 +102,9 @@ type Options struct {
 	// the setting's 0 is NoDiskLimit here, an unlimited home, unsafe). See
 	// quota.go.
 	DiskMB int64
-	// Runtime is the OCI runtime computers run under; empty means the
-	// engine's default, "runsc" means gVisor (SANDBOX_RUNTIME).
+	// Runtime is the OCI runtime computers run under (SANDBOX_RUNTIME),
+	// which the engine must list; empty means runsc (gVisor) when the
+	// engine lists it, else the engine's default. See ChooseRuntime.
 	Runtime string
 	// JoinContainers are containers (names or ids) connected to every new
 	// computer network, so that they can reach the computer: the supervisor

@@ -213,6 +213,20 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 		}
 		d.Providers[id] = p
 	}
+	// Providers that settle how they run from what their backend has (the
+	// docker provider's sandbox runtime) do so now, and log it once.
+	for _, id := range slices.Sorted(maps.Keys(d.Providers)) {
+		if pr, ok := d.Providers[id].(providers.Preparer); ok {
+			if err := pr.Prepare(ctx); err != nil {
+				for _, p := range d.Providers {
+					if c, ok := p.(io.Closer); ok {
+						c.Close()
+					}
+				}
+				return nil, fmt.Errorf("provider %s: %w", id, err)
+			}
+		}
+	}
 	for _, id := range slices.Sorted(maps.Keys(d.Providers)) {
 		if g, ok := d.Providers[id].(providers.HostGuard); ok {
 			d.guards = append(d.guards, g)

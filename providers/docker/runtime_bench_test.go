@@ -1,0 +1,76 @@
+package docker
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/berthdev/berth/computerd"
+)
+
+// BenchmarkRuntimeReady compares a computer's create -> ready (Create,
+// then computerd answering /healthz) under gVisor's runsc with the same
+// under runc, in the same run, alternating which goes first. It needs an
+// engine that lists runsc (make test-runsc registers it while it runs):
+//
+//	go test ./providers/docker -run '^$' -bench RuntimeReady -benchtime 5x
+func BenchmarkRuntimeReady(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	byRuntime := map[string]*Docker{}
+	for _, rt := range []string{"runc", DetectedRuntime} {
+		d := newTestDocker(b, ctx, Options{Runtime: rt, HeadlessImage: poolImage})
+		d.log = slog.New(slog.DiscardHandler)
+		c, err := d.Runtime(ctx)
+		if err != nil {
+			b.Skipf("%v: run `make test-runsc`, which registers runsc with the engine while it runs", err)
+		}
+		if c.Name != rt {
+			b.Fatalf("runtime %s, want %s", c.Name, rt)
+		}
+		byRuntime[rt] = d
+	}
+	ready := func(d *Docker) time.Duration {
+		spec := testSpec(b)
+		b.Cleanup(func() {
+			ctx, cancel := cleanupContext()
+			defer cancel()
+			d.Destroy(ctx, ContainerPrefix+spec.ComputerID)
+		})
+		start := time.Now()
+		m, err := d.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = computerd.NewClient(m.Endpoint, "").WaitHealthy(wctx)
+		cancel()
+		if err != nil {
+			b.Fatalf("computerd at %s: %v", m.Endpoint, err)
+		}
+		took := time.Since(start)
+		if err := d.Destroy(ctx, m.ID); err != nil {
+			b.Fatal(err)
+		}
+		return took
+	}
+	var runc, runsc []time.Duration
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			runc = append(runc, ready(byRuntime["runc"]))
+			runsc = append(runsc, ready(byRuntime[DetectedRuntime]))
+		} else {
+			runsc = append(runsc, ready(byRuntime[DetectedRuntime]))
+			runc = append(runc, ready(byRuntime["runc"]))
+		}
+	}
+	ratios := make([]float64, len(runc))
+	for i := range runc {
+		ratios[i] = float64(runsc[i]) / float64(runc[i])
+	}
+	b.ReportMetric(float64(median(runsc).Microseconds())/1000, "runsc-ready-ms")
+	b.ReportMetric(float64(median(runc).Microseconds())/1000, "runc-ready-ms")
+	b.ReportMetric(median(ratios), "ratio")
+	b.Logf("create -> ready: runsc %v, runc %v", runsc, runc)
+}
