@@ -25,3 +25,56 @@ func TestAgentGuardFailsClosed(t *testing.T) {
 		t.Fatalf("RunAgent without a host firewall: %v, want a refusal naming --unguarded and the service", err)
 	}
 }
+
+// TestResolveGuard: auto is the host firewall on Linux and the engine
+// guard elsewhere; the engine guard keeps the host firewall on Linux,
+// where an internal network still reaches the host; host is refused
+// where there is no iptables; anything else is refused by name.
+func TestResolveGuard(t *testing.T) {
+	for _, c := range []struct {
+		mode, goos string
+		want       Guard
+		err        string
+	}{
+		{"", "linux", Guard{Mode: GuardHost, Firewall: true}, ""},
+		{"auto", "linux", Guard{Mode: GuardHost, Firewall: true}, ""},
+		{"auto", "darwin", Guard{Mode: GuardEngine}, ""},
+		{"", "windows", Guard{Mode: GuardEngine}, ""},
+		{"host", "linux", Guard{Mode: GuardHost, Firewall: true}, ""},
+		{"engine", "linux", Guard{Mode: GuardEngine, Firewall: true}, ""},
+		{"engine", "darwin", Guard{Mode: GuardEngine}, ""},
+		{"engine", "windows", Guard{Mode: GuardEngine}, ""},
+		{"host", "darwin", Guard{}, "--guard engine"},
+		{"host", "windows", Guard{}, "--guard engine"},
+		{"iptables", "linux", Guard{}, "want auto, host or engine"},
+		{"Engine", "darwin", Guard{}, "want auto, host or engine"},
+	} {
+		got, err := ResolveGuard(c.mode, c.goos)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ResolveGuard(%q, %q) = %+v, %v; want an error containing %q", c.mode, c.goos, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ResolveGuard(%q, %q) = %+v, %v; want %+v", c.mode, c.goos, got, err, c.want)
+		}
+	}
+}
+
+// TestReadSecret: one line, trimmed, within bounds.
+func TestReadSecret(t *testing.T) {
+	good := strings.Repeat("s", 40)
+	if b, err := ReadSecret(strings.NewReader(good + "\nmore")); err != nil || string(b) != good {
+		t.Fatalf("%q %v", b, err)
+	}
+	if b, err := ReadSecret(strings.NewReader("  " + good)); err != nil || string(b) != good {
+		t.Fatalf("no newline: %q %v", b, err)
+	}
+	if _, err := ReadSecret(strings.NewReader("short\n")); err == nil {
+		t.Fatal("a short secret was taken")
+	}
+	if _, err := ReadSecret(strings.NewReader(strings.Repeat("s", MaxSecretBytes+1))); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("an oversized secret: %v", err)
+	}
+}

@@ -11,3 +11,7 @@ var (
 	// still on the host; destroy the computer before creating it again.
 	ErrLeftover = errors.New("resources of an earlier attempt remain")
 )
+
+// ErrNoEgressContainer is returned by ConnectEgress when the egress proxy
+// container does not exist (egress is off, or the proxy is gone).
+var ErrNoEgressContainer = errors.New("no egress proxy container")
