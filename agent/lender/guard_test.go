@@ -1,6 +1,7 @@
 package lender
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,29 @@ func TestReadSecret(t *testing.T) {
 	}
 	if _, err := ReadSecret(strings.NewReader(strings.Repeat("s", MaxSecretBytes+1))); err == nil || !strings.Contains(err.Error(), "longer than") {
 		t.Fatalf("an oversized secret: %v", err)
+	}
+}
+
+// TestEngineGuardFailsClosed: an agent whose egress proxy container cannot
+// start (its image is missing) does not lend, says why and what to do, and
+// leaves no proxy container or network behind.
+func TestEngineGuardFailsClosed(t *testing.T) {
+	requireDocker(t)
+	ctx := testContext(t, 2*time.Minute)
+	id := "cp_eguard_fail"
+	err := RunAgent(ctx, AgentOptions{
+		LenderID: id, Token: "guard-token", RelayURL: "ws://127.0.0.1:1/v1/agents/connect",
+		Guard: GuardEngine, EgressImage: "berth/no-such-egress-image:none",
+		DataDir: t.TempDir(), Socket: "off",
+		Docker: docker.Options{HeadlessImage: "berth/test:latest", DesktopImage: "berth/test:latest"},
+		Logger: testLogger(t),
+	})
+	if err == nil || !strings.Contains(err.Error(), "does not lend") || !strings.Contains(err.Error(), "images/build.sh supervisor") || !strings.Contains(err.Error(), EgressImageEnv) {
+		t.Fatalf("RunAgent without the egress proxy image: %v, want a refusal naming the image build and %s", err, EgressImageEnv)
+	}
+	for _, args := range [][]string{{"container", "inspect", egressContainerName(id)}, {"network", "inspect", egressContainerName(id)}} {
+		if out, err := exec.Command("docker", args...).CombinedOutput(); err == nil {
+			t.Errorf("docker %s: still there after the refusal\n%s", strings.Join(args, " "), out)
+		}
 	}
 }

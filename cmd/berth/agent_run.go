@@ -54,6 +54,15 @@ sessions and the control socket (mode 0600, for the companion app) live in
 --data. Docker settings come from the environment (DOCKER_SOCKET,
 COMPUTER_IMAGE_HEADLESS, COMPUTER_IMAGE_DESKTOP, COMPUTER_PIDS, ...).
 
+--guard chooses how lent computers are kept from this machine: host (the
+default on Linux) closes it to them with iptables and serves their egress
+proxy on the docker0 address; engine (the default on macOS and Windows,
+where Docker Desktop's VM holds the engine) gives them no route out of
+their internal networks and runs the egress proxy as a container joined to
+each, from $EGRESS_IMAGE (default berth/supervisor:latest). On Linux the
+engine guard keeps the iptables rules too. Either way, an agent that cannot
+set its guard up does not lend (unless --unguarded, for the iptables rules).
+
 Computers keep running when the relay goes away or the agent stops; the
 next start adopts them, removes what has ended, and lists what it cannot
 place as cleanup prompts.
