@@ -227,6 +227,7 @@ func TestLendingEngineGuard(t *testing.T) {
 	}
 	var pc []struct {
 		Config     struct{ User string }
+		State      struct{ Pid int }
 		HostConfig struct {
 			ReadonlyRootfs bool
 			CapDrop        []string
@@ -240,6 +241,11 @@ func TestLendingEngineGuard(t *testing.T) {
 	}
 	if c := pc[0]; c.Config.User != "65534:65534" || !c.HostConfig.ReadonlyRootfs || len(c.HostConfig.CapDrop) != 1 || c.HostConfig.CapDrop[0] != "ALL" {
 		t.Fatalf("the proxy container is not hardened: %+v %+v", c.Config, c.HostConfig)
+	}
+	// Joined to every computer network, it must not route between them.
+	fwd, err := exec.Command("nsenter", "-t", strconv.Itoa(pc[0].State.Pid), "-n", "cat", "/proc/sys/net/ipv4/ip_forward").Output()
+	if err != nil || strings.TrimSpace(string(fwd)) != "0" {
+		t.Fatalf("the proxy container forwards packets: ip_forward %q %v", fwd, err)
 	}
 	proxyGateway := pc[0].NetworkSettings.Networks[proxyName].Gateway
 	if proxyGateway == "" {

@@ -27,7 +27,8 @@ import (
 // network of its own (its way out) and joined to every computer network at
 // a fixed address (docker.ConnectEgress). The proxy container gets the
 // agent's egress secret on its standard input, runs as nobody with no
-// capabilities on a read-only root, and is removed when egress is turned
+// capabilities on a read-only root, forwards no packets between the
+// networks it is joined to, and is removed when egress is turned
 // off or the agent stops; the next start makes it again and joins it to
 // the networks of the computers that still run.
 
@@ -151,8 +152,11 @@ func (g *engineGuard) start(ctx context.Context) error {
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
-			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": docker.LogFileSize, "max-file": docker.LogFiles}},
-			Resources:      container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids},
+			// Joined to every computer's network, it must not route
+			// between them (a container's namespace forwards by default).
+			Sysctls:   map[string]string{"net.ipv4.ip_forward": "0", "net.ipv6.conf.all.forwarding": "0"},
+			LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": docker.LogFileSize, "max-file": docker.LogFiles}},
+			Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: &pids},
 		},
 	})
 	if err != nil {
