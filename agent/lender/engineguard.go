@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -61,8 +62,8 @@ type engineGuard struct {
 	adopted string   // label of this agent's computer networks
 	log     *slog.Logger
 
-	mu      sync.Mutex
-	running bool
+	mu      sync.Mutex  // serializes start and stop
+	running atomic.Bool // read by the status without waiting for a start
 }
 
 // egressContainerName is the egress proxy container (and its network) of
@@ -115,9 +116,7 @@ func (g *engineGuard) set(ctx context.Context, on bool) error {
 // isRunning reports whether the proxy container was started and not
 // removed since.
 func (g *engineGuard) isRunning() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.running
+	return g.running.Load()
 }
 
 // start (re)makes the proxy container, checks that it answers, and joins it
@@ -125,7 +124,7 @@ func (g *engineGuard) isRunning() bool {
 func (g *engineGuard) start(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.running = false
+	g.running.Store(false)
 	if err := g.remove(ctx); err != nil {
 		return err
 	}
@@ -181,7 +180,7 @@ func (g *engineGuard) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join the egress proxy to running computers: %w", err)
 	}
-	g.running = true
+	g.running.Store(true)
 	g.log.Info("egress proxy container running", "container", g.name, "image", g.image, "computerNetworks", n)
 	return nil
 }
@@ -284,7 +283,7 @@ func exitCode(s *container.State) int {
 func (g *engineGuard) stop(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.running = false
+	g.running.Store(false)
 	return g.remove(ctx)
 }
 
