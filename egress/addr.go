@@ -300,7 +300,19 @@ func validName(s string) bool {
 }
 
 // localName reports whether name always means this machine, whatever the
-// resolver says.
+// resolver says: localhost, and the names container engines give the host
+// and their own VM (Docker Desktop's host.docker.internal,
+// gateway.docker.internal and the older docker.for.mac/win forms, Podman's
+// host.containers.internal).
 func localName(name string) bool {
-	return name == "localhost" || strings.HasSuffix(name, ".localhost")
+	for _, zone := range []string{"localhost", "docker.internal", "containers.internal"} {
+		if name == zone || strings.HasSuffix(name, "."+zone) {
+			return true
+		}
+	}
+	switch name {
+	case "docker.for.mac.localhost", "docker.for.win.localhost", "docker.for.mac.host.internal", "docker.for.win.host.internal":
+		return true
+	}
+	return false
 }

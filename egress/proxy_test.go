@@ -325,6 +325,14 @@ var refusedForms = []refusedForm{
 	{host: "3232235777"}, {host: "012.0.0.1"},
 	// names that mean this machine whatever DNS says
 	{host: "localhost"}, {host: "api.localhost"},
+	// the host and VM names of container engines, even where they resolve
+	// to a public address (Docker Desktop with the host's own)
+	{host: "host.docker.internal", answers: []string{"93.184.215.14"}},
+	{host: "gateway.docker.internal", answers: []string{"93.184.215.14"}},
+	{host: "HOST.Docker.Internal.", answers: []string{"93.184.215.14"}},
+	{host: "docker.for.mac.localhost", answers: []string{"93.184.215.14"}},
+	{host: "docker.for.win.host.internal", answers: []string{"93.184.215.14"}},
+	{host: "host.containers.internal", answers: []string{"93.184.215.14"}},
 	// names that resolve to blocked addresses
 	{host: "loop.example", answers: []string{"127.0.0.1"}},
 	{host: "meta.example", answers: []string{"169.254.169.254"}},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -37,6 +38,12 @@ type AgentOptions struct {
 	// to lent computers (--unguarded): they can then reach every service it
 	// listens on. Logged as an error at each start.
 	Unguarded bool
+	// Guard is how computers are kept from this machine: GuardAuto (""),
+	// GuardHost or GuardEngine (--guard; see guard.go).
+	Guard string
+	// EgressImage is the image of the engine guard's egress proxy
+	// container; empty is DefaultEgressImage.
+	EgressImage string
 	// TURNRelay is the supervisor's TURN relay, host:port (--turn-relay),
 	// for a supervisor whose host is private or whose relay is elsewhere.
 	TURNRelay string
@@ -73,6 +80,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	if o.RelayURL == "" {
 		return errors.New("agent: no relay URL: the supervisor named none at pairing; give --relay")
 	}
+	guard, err := ResolveGuard(o.Guard, runtime.GOOS)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -88,6 +99,10 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	base := o.Docker
 	base.NetworkPool = 0
 	base.Logger = log
+	engineEgress := guard.Mode == GuardEngine && o.Egress.Listen != "off"
+	if engineEgress {
+		base.EgressContainer = egressContainerName(o.LenderID)
+	}
 	probe, err := docker.New(base) // checks the engine address and images
 	if err != nil {
 		return err
@@ -106,20 +121,53 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	defer eng.Close()
 	elog := log.With("component", "egress")
-	er, err := listenEgress(o.Egress, o.DataDir, elog)
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+	var (
+		er     *egressRun   // GuardHost: the proxy on the docker0 address
+		eg     *Egress      // what computers are given
+		proxyC *engineGuard // GuardEngine: the proxy container
+	)
+	switch {
+	case engineEgress:
+		secret, tokens, err := loadEgressSecret(o.DataDir)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		image := o.EgressImage
+		if image == "" {
+			image = DefaultEgressImage
+		}
+		blocked := append(hostPrefixes(elog), o.Egress.BlockedCIDRs...)
+		if proxyC, err = newEngineGuard(host, o.LenderID, image, secret, blocked, o.Egress.Abuse, elog); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := proxyC.close(cctx); err != nil {
+				elog.Warn("could not remove the egress proxy container", "err", err)
+			}
+		}()
+		eg = &Egress{Addr: proxyC.addr(), Tokens: tokens, OnChange: proxyC.set, Serving: proxyC.isRunning}
+	case guard.Mode == GuardEngine:
+		elog.Warn("egress proxy off: lent computers have no way out")
+	default:
+		if er, err = listenEgress(o.Egress, o.DataDir, elog); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		if er != nil {
+			defer er.ln.Close()
+			eg = er.e
+			eg.Firewall = true
+		}
 	}
-	var eg *Egress
-	if er != nil {
-		defer er.ln.Close()
-		eg = er.e
-		eg.Firewall = true
+	openTURN, closeTURN := docker.OpenTURN, docker.UnguardTURN
+	if !guard.Firewall {
+		openTURN, closeTURN = nil, nil // no host firewall to open (Docker Desktop)
 	}
 	l, err := New(Config{
 		LenderID: o.LenderID, DataDir: o.DataDir, Engine: eng, Ledger: led, Clock: o.Clock, Logger: log,
 		Version: o.Version, RelayURL: o.RelayURL, Egress: eg,
-		OpenTURN: docker.OpenTURN, CloseTURN: docker.UnguardTURN, TURNRelay: o.TURNRelay,
+		OpenTURN: openTURN, CloseTURN: closeTURN, TURNRelay: o.TURNRelay,
 		Pairing: control.Pairing{Paired: true, URL: o.SupervisorURL, LenderID: o.LenderID},
 		Docker: func(cpus float64, memoryMB int64) (Docker, error) {
 			opts := base
@@ -140,12 +188,19 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait
-	if err := docker.GuardHost(ctx); err != nil {
+	if !guard.Firewall {
+		log.Info("guarding this machine from lent computers by the Docker engine alone: internal networks and the egress proxy container (--guard engine)")
+	} else if err := docker.GuardHost(ctx); err != nil {
 		if !o.Unguarded {
 			return fmt.Errorf("agent: cannot close this machine to lent computers (%v): they would reach every service it listens on. "+
 				"Run the agent as root with iptables and ip6tables installed (berth agent service install), or pass --unguarded to lend anyway", err)
 		}
 		log.Error("UNGUARDED: lent computers can reach every service this machine listens on (--unguarded)", "err", err)
+	}
+	if proxyC != nil && l.Settings().Egress {
+		if err := proxyC.start(ctx); err != nil {
+			return fmt.Errorf("agent: lent computers would have no way out and no guard of their own, so this machine does not lend: egress proxy container: %w", err)
+		}
 	}
 	if er != nil {
 		if err := er.start(ctx, l, o.Egress, elog, &wg); err != nil {

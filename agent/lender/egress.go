@@ -62,6 +62,12 @@ type Egress struct {
 	// Firewall, when set, opens and closes the proxy's port to computers
 	// in the host firewall as the owner turns egress on and off.
 	Firewall bool
+	// OnChange, when set, is told when the owner turns egress on or off:
+	// the engine guard starts or removes its proxy container.
+	OnChange func(ctx context.Context, on bool) error
+	// Serving, when set, reports whether a proxy that runs elsewhere (the
+	// engine guard's container) serves; the status shows it.
+	Serving func() bool
 
 	mu    sync.Mutex
 	proxy *egress.Proxy
@@ -133,6 +139,9 @@ func (s *egressSide) status(on bool) control.EgressStatus {
 	if e == nil {
 		return st
 	}
+	if e.Serving != nil && e.Serving() {
+		st.Listening, st.Address = true, e.Addr
+	}
 	if ps, ok := e.stats(); ok {
 		st.Listening, st.Address = true, e.Addr
 		for v, n := range ps.Verdicts {
@@ -144,6 +153,17 @@ func (s *egressSide) status(on bool) control.EgressStatus {
 		}
 	}
 	return st
+}
+
+// apply follows the owner's egress setting: the proxy container of the
+// engine guard (Egress.OnChange) and the host firewall's opening.
+func (s *egressSide) apply(ctx context.Context, on bool) {
+	if e := s.e; e != nil && e.OnChange != nil {
+		if err := e.OnChange(ctx, on); err != nil {
+			s.log.Error("could not follow the egress setting; computers have no way out", "egress", on, "err", err)
+		}
+	}
+	s.applyFirewall(ctx, on)
 }
 
 // applyFirewall closes the host to computers, opening only the proxy's
@@ -212,13 +232,9 @@ func listenEgress(o EgressOptions, dataDir string, log *slog.Logger) (*egressRun
 		}
 		addr = net.JoinHostPort(ip.String(), port)
 	}
-	secret, err := secrets.LoadOrCreateSecretFile(filepath.Join(dataDir, EgressSecretFile), 32)
+	_, tokens, err := loadEgressSecret(dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("egress secret: %w", err)
-	}
-	tokens, err := token.NewDeriver([]byte(secret))
-	if err != nil {
-		return nil, fmt.Errorf("egress secret %s: %w", filepath.Join(dataDir, EgressSecretFile), err)
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil && byDefault {
@@ -231,6 +247,19 @@ func listenEgress(o EgressOptions, dataDir string, log *slog.Logger) (*egressRun
 		return nil, fmt.Errorf("egress listen %s: %w", addr, err)
 	}
 	return &egressRun{e: &Egress{Addr: ln.Addr().String(), Tokens: tokens}, ln: ln}, nil
+}
+
+// loadEgressSecret loads (or makes) the agent's egress secret in dataDir.
+func loadEgressSecret(dataDir string) (string, *token.Deriver, error) {
+	secret, err := secrets.LoadOrCreateSecretFile(filepath.Join(dataDir, EgressSecretFile), 32)
+	if err != nil {
+		return "", nil, fmt.Errorf("egress secret: %w", err)
+	}
+	tokens, err := token.NewDeriver([]byte(secret))
+	if err != nil {
+		return "", nil, fmt.Errorf("egress secret %s: %w", filepath.Join(dataDir, EgressSecretFile), err)
+	}
+	return secret, tokens, nil
 }
 
 // start makes the proxy for l and serves it until ctx ends.

@@ -225,8 +225,8 @@ func (l *ownerAPI) SetSettings(s control.Settings) (control.Settings, error) {
 		"desktop", s.Desktop, "approval", s.Approval, "egress", s.Egress, "warmPoolSize", s.WarmPoolSize)
 	l.mu.Unlock()
 	if old.Egress != s.Egress {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l.egress.applyFirewall(ctx, s.Egress)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		l.egress.apply(ctx, s.Egress)
 		cancel()
 	}
 	// Waiting computers were made under the old limits: any change empties

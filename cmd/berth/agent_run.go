@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/spf13/cobra"
 
@@ -38,7 +39,7 @@ func defaultAgentData() string {
 }
 
 func newAgentRunCmd() *cobra.Command {
-	var data, socket, relayURL, turnRelay, logLevel string
+	var data, socket, relayURL, turnRelay, logLevel, guard string
 	var insecure, unguarded bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -53,6 +54,15 @@ sessions and the control socket (mode 0600, for the companion app) live in
 --data. Docker settings come from the environment (DOCKER_SOCKET,
 COMPUTER_IMAGE_HEADLESS, COMPUTER_IMAGE_DESKTOP, COMPUTER_PIDS, ...).
 
+--guard chooses how lent computers are kept from this machine: host (the
+default on Linux) closes it to them with iptables and serves their egress
+proxy on the docker0 address; engine (the default on macOS and Windows,
+where Docker Desktop's VM holds the engine) gives them no route out of
+their internal networks and runs the egress proxy as a container joined to
+each, from $EGRESS_IMAGE (default berth/supervisor:latest). On Linux the
+engine guard keeps the iptables rules too. Either way, an agent that cannot
+set its guard up does not lend (unless --unguarded, for the iptables rules).
+
 Computers keep running when the relay goes away or the agent stops; the
 next start adopts them, removes what has ended, and lists what it cannot
 place as cleanup prompts.
@@ -63,6 +73,9 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 		Example: "  berth agent run\n  berth agent run --data /var/lib/berth-agent --relay wss://relay.example.com/v1/agents/connect",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := lender.ResolveGuard(guard, runtime.GOOS); err != nil {
+				return usagef("--guard: %v", err)
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usagef("--log-level: %v", err)
@@ -97,6 +110,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
 			return lender.RunAgent(cmd.Context(), lender.AgentOptions{
 				LenderID: creds.LenderID, Token: creds.Token, RelayURL: relayURL, Insecure: insecure, SupervisorURL: creds.SupervisorURL, TURNRelay: turnRelay, Unguarded: unguarded,
+				Guard: guard, EgressImage: os.Getenv(lender.EgressImageEnv),
 				DataDir: data, Socket: socket, Docker: dopts, Logger: log, Version: version,
 				Ready: func(*lender.Lender) {
 					fmt.Fprintf(cmd.OutOrStdout(), "berth agent: lending as %s to %s through %s\n  control socket: %s\n",
@@ -111,6 +125,7 @@ wss://, or --insecure to allow it anyway (logged as a warning at each start).`,
 	f.StringVar(&relayURL, "relay", "", "the relay's websocket URL (default: the one named at pairing)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&turnRelay, "turn-relay", "", "the supervisor's TURN relay for live view of lent desktops, HOST:PORT (default: the supervisor's own host, when public)")
+	f.StringVar(&guard, "guard", lender.GuardAuto, "how lent computers are kept from this machine: host (iptables, Linux), engine (internal networks and an egress proxy container; Docker Desktop) or auto (host on Linux, engine elsewhere)")
 	f.BoolVar(&unguarded, "unguarded", false, "lend even when the host firewall cannot close this machine to lent computers (they can then reach every service it listens on)")
 	f.BoolVar(&insecure, "insecure", false, "allow a plain ws:// relay URL to a host that is not loopback (the token travels unencrypted)")
 	return cmd

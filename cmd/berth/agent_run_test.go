@@ -79,3 +79,25 @@ func TestAgentRunRefusesPlainWS(t *testing.T) {
 		t.Fatalf("run with a plain ws:// relay: %d %q", r.code, r.stderr)
 	}
 }
+
+// TestAgentRunGuardFlag: --guard takes auto, host or engine; anything else
+// is a usage error naming them, before anything else is checked. The
+// egress proxy command is hidden and reads its secret from stdin only.
+func TestAgentRunGuardFlag(t *testing.T) {
+	pairEnv(t)
+	r := run(t, "", "agent", "run", "--data", t.TempDir(), "--guard", "iptables")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--guard") || !strings.Contains(r.stderr, "want auto, host or engine") {
+		t.Fatalf("run --guard iptables: %d %q", r.code, r.stderr)
+	}
+	r = run(t, "", "agent", "run", "--data", t.TempDir(), "--guard", "engine")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "not paired") {
+		t.Fatalf("run --guard engine without pairing: %d %q", r.code, r.stderr)
+	}
+	if r := run(t, "", "agent", "--help"); strings.Contains(r.stdout, "egress-proxy") {
+		t.Fatalf("the egress proxy command is listed: %q", r.stdout)
+	}
+	r = run(t, "short\n", "agent", "egress-proxy", "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "egress secret") {
+		t.Fatalf("egress-proxy with a short secret on stdin: %d %q", r.code, r.stderr)
+	}
+}

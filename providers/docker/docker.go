@@ -187,10 +187,24 @@ func (d *Docker) create(ctx context.Context, spec providers.Spec, image string, 
 		return providers.Machine{}, err
 	}
 
+	var hosts []string
+	if d.opts.EgressContainer != "" {
+		// Before the container: its /etc/hosts names the proxy.
+		addr, err := d.ConnectEgress(ctx, netID)
+		if errors.Is(err, ErrNoEgressContainer) {
+			// Egress is off: the computer has no proxy settings; the
+			// proxy joins at addr if egress is turned on again.
+			d.log.Info("computer started without the egress proxy on its network", "computer", spec.ComputerID, "err", err)
+		} else if err != nil {
+			return providers.Machine{}, err
+		}
+		hosts = []string{EgressHost + ":" + addr.String()}
+	}
+
 	joined := make(chan error, 1)
 	go func() { joined <- d.join(ctx, netID) }()
 
-	err := d.createContainer(ctx, spec, image, labels, n, netID)
+	err := d.createContainer(ctx, spec, image, labels, n, netID, hosts)
 	if err == nil {
 		if _, err = d.cli.ContainerStart(ctx, n.container, client.ContainerStartOptions{}); err != nil {
 			err = fmt.Errorf("start container %s: %w", n.container, d.engineErr(err))
@@ -227,7 +241,7 @@ func (d *Docker) createJoined(ctx context.Context, spec providers.Spec, image st
 	if err := joinErrors(imgErr, hErr, volErr); err != nil {
 		return providers.Machine{}, err
 	}
-	err := d.createContainer(ctx, spec, image, labels, n, "container:"+h.id)
+	err := d.createContainer(ctx, spec, image, labels, n, "container:"+h.id, nil)
 	if err == nil {
 		if _, err = d.cli.ContainerStart(ctx, n.container, client.ContainerStartOptions{}); err != nil {
 			err = fmt.Errorf("start container %s: %w", n.container, d.engineErr(err))
@@ -317,7 +331,9 @@ func (d *Docker) join(ctx context.Context, netID string) error {
 	return nil
 }
 
-func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image string, labels map[string]string, n names, netID string) error {
+// createContainer creates the computer's container on network netID;
+// hosts are extra /etc/hosts entries (NAME:ADDR).
+func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image string, labels map[string]string, n names, netID string, hosts []string) error {
 	memory := d.opts.MemoryMB << 20
 	pids := d.opts.Pids
 	// No name service: the engine's embedded resolver would forward lookups
@@ -347,6 +363,7 @@ func (d *Docker) createContainer(ctx context.Context, spec providers.Spec, image
 				"/tmp": "rw,exec,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(d.opts.TmpMB, 10) + "m",
 			},
 			DNS:         dns,
+			ExtraHosts:  hosts,
 			CapDrop:     []string{"ALL"},
 			SecurityOpt: []string{"no-new-privileges"},
 			ShmSize:     d.opts.ShmMB << 20,

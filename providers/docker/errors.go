@@ -13,3 +13,7 @@ var (
 	// ErrRuntime: SANDBOX_RUNTIME names a runtime the engine does not list.
 	ErrRuntime = errors.New("sandbox runtime not on the engine")
 )
+
+// ErrNoEgressContainer is returned by ConnectEgress when the egress proxy
+// container does not exist (egress is off, or the proxy is gone).
+var ErrNoEgressContainer = errors.New("no egress proxy container")

@@ -111,6 +111,12 @@ type Options struct {
 	// when it runs in a container, the egress proxy, the TURN relay
 	// (DOCKER_JOIN_CONTAINERS, comma-separated).
 	JoinContainers []string
+	// EgressContainer is a container (name or id) connected to every new
+	// computer network at the network's last host address (EgressAddr),
+	// which the computer knows as EgressHost: the lending agent's egress
+	// proxy container under its engine guard (see egressjoin.go). It needs
+	// networks made at start (NetworkPool 0).
+	EgressContainer string
 	// NetworkPool is how many computer networks are kept made ahead of time
 	// (COMPUTER_NETWORK_POOL, default 2 from settings; 0 makes each network
 	// at start). See netpool.go.
@@ -334,6 +340,14 @@ func (o Options) withDefaults() (Options, error) {
 	for _, c := range o.JoinContainers {
 		if c == "" || strings.ContainsFunc(c, func(r rune) bool { return r <= ' ' || r == ',' }) {
 			return Options{}, fmt.Errorf("%s: %q is not a container name or id", SettingJoinContainers, c)
+		}
+	}
+	if c := o.EgressContainer; c != "" {
+		if strings.ContainsFunc(c, func(r rune) bool { return r <= ' ' || r == ',' }) {
+			return Options{}, fmt.Errorf("egress container %q is not a container name or id", c)
+		}
+		if o.NetworkPool > 0 {
+			return Options{}, fmt.Errorf("an egress container needs networks made at start: %s=%d, want 0", SettingNetworkPool, o.NetworkPool)
 		}
 	}
 	if o.WarmPool < 0 || o.WarmPool > MaxWarmPool {

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -213,5 +214,31 @@ func TestEnvironment(t *testing.T) {
 				t.Errorf("credential in environment: %s", kv)
 			}
 		}
+	}
+}
+
+// TestEgressAddr: the egress proxy's address is the subnet's last host
+// address, whatever address of the subnet is given; subnets without room
+// and IPv6 have none.
+func TestEgressAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.213.0.16/28":  "10.213.0.30",
+		"10.213.0.17/28":  "10.213.0.30",
+		"172.18.0.0/16":   "172.18.255.254",
+		"192.168.65.0/24": "192.168.65.254",
+		"10.0.0.0/29":     "10.0.0.6",
+		"10.0.0.0/30":     "",
+		"fd00::/64":       "",
+	} {
+		got := EgressAddr(netip.MustParsePrefix(in))
+		if (want == "" && got.IsValid()) || (want != "" && got.String() != want) {
+			t.Errorf("EgressAddr(%s) = %v, want %q", in, got, want)
+		}
+	}
+	if _, err := (Options{EgressContainer: "berth-egress-x", HeadlessImage: "a", DesktopImage: "b"}).withDefaults(); err != nil {
+		t.Errorf("an egress container with networks made at start: %v", err)
+	}
+	if _, err := (Options{EgressContainer: "berth-egress-x", NetworkPool: 2, HeadlessImage: "a", DesktopImage: "b"}).withDefaults(); err == nil || !strings.Contains(err.Error(), SettingNetworkPool) {
+		t.Errorf("an egress container with a network pool: %v", err)
 	}
 }
