@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,17 +20,18 @@ import (
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/docker"
+	"github.com/berthdev/berth/relay"
 	"github.com/berthdev/berth/relay/relayserver"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
 
 // TestSeveralRelays: two supervisors on one PostgreSQL (RELAY_URL=lookup),
-// two relays each reporting to one of them, and two lenders, each given
+// two relay processes each reporting to one of them, and two lenders, each given
 // both relays in a different order. Either supervisor reaches both
 // lenders, wherever their links are. The first relay is killed while a
 // command runs on its lender: the exec is uncertain, the lender moves to
 // the other relay, the session goes on and the command ran once. When the
-// last relay dies, its lenders show offline within seconds.
+// last relay is killed, its lenders show offline within seconds.
 func TestSeveralRelays(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -51,22 +54,13 @@ func TestSeveralRelays(t *testing.T) {
 		}
 		slns[i], supURLs[i] = ln, "http://"+ln.Addr().String()
 	}
-	var rps [2]*relayProc
-	var stopReports [2]context.CancelFunc
-	const interval = 500 * time.Millisecond // a lease of 2 s
+	// Two relays, each a `berth relay` process reporting its lenders to
+	// one of the supervisors every 2 s (a lease of 6 s), named by its
+	// default --advertise.
+	var rps [2]*relayBin
 	for i := range rps {
-		rps[i] = startRelay(t, "127.0.0.1:0", "127.0.0.1:0", supURLs[i], relayToken, log.With("relay", i+1))
-		var rctx context.Context
-		rctx, stopReports[i] = context.WithCancel(ctx)
-		go rps[i].srv.Report(rctx, relayserver.ReportConfig{SupervisorURL: supURLs[i], Token: relayToken,
-			Advertise: "http://" + rps[i].interAddr, Interval: interval})
+		rps[i] = startRelayBin(t, ctx, supURLs[i], relayToken)
 	}
-	defer func() {
-		for i := range rps {
-			stopReports[i]()
-			rps[i].kill()
-		}
-	}()
 	both := rps[0].wsURL() + "," + rps[1].wsURL()
 
 	env := map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/test:latest", "RELAY_URL": relayserver.Lookup}
@@ -137,7 +131,7 @@ func TestSeveralRelays(t *testing.T) {
 		}
 	}
 	for _, ln := range lenders {
-		testkit.EventuallyContext(t, ctx, "each lender at its first relay", online(rps[ln.relay], ln.id))
+		testkit.EventuallyContext(t, ctx, "each lender at its first relay", rps[ln.relay].online(ctx, ln.id))
 	}
 	// Each supervisor sees both lenders online, whichever relay reported them.
 	for _, s := range sups {
@@ -186,13 +180,12 @@ func TestSeveralRelays(t *testing.T) {
 		out, err := exec.Command("docker", "exec", container, "cat", "/home/berth/marker").Output()
 		return err == nil && string(out) == "ran\n"
 	})
-	stopReports[0]()
-	rps[0].kill()
+	rps[0].kill(t)
 	if x := <-first; !x.Uncertain || x.ExitCode != -1 {
 		t.Fatalf("exec cut by the relay: %+v, want uncertain", x)
 	}
 	// Lender A moves to the second relay; both supervisors follow it.
-	testkit.EventuallyContext(t, ctx, "lender A at the second relay", online(rps[1], lenders[0].id))
+	testkit.EventuallyContext(t, ctx, "lender A at the second relay", rps[1].online(ctx, lenders[0].id))
 	for _, s := range sups {
 		if x := s.exec("rela", "cat /home/berth/marker"); x.Stdout != "ran\n" {
 			t.Fatalf("after the move, through %s: %+v (the command must have run once)", s.url, x)
@@ -213,14 +206,13 @@ func TestSeveralRelays(t *testing.T) {
 	}
 
 	// The last relay dies: its lenders' leases run out within seconds.
-	stopReports[1]()
-	rps[1].kill()
+	rps[1].kill(t)
 	killed := time.Now()
 	testkit.EventuallyContext(t, ctx, "both lenders offline", func() bool { return onlineLenders(sups[0]) == 0 })
 	if took := time.Since(killed); took > 10*time.Second {
-		t.Fatalf("lenders shown online %v after their relay died, want within the 2 s lease", took)
+		t.Fatalf("lenders shown online %v after their relay died, want within the 6 s lease", took)
 	}
-	t.Logf("lenders offline %v after their relay died (lease 2 s)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("lenders offline %v after their relay was killed (lease 6 s)", time.Since(killed).Round(time.Millisecond))
 }
 
 // onlineLenders counts the lenders GET /v1/lenders shows online.
@@ -234,4 +226,47 @@ func onlineLenders(s *super) int {
 		}
 	}
 	return n
+}
+
+// relayBin is a `berth relay` process on loopback.
+type relayBin struct {
+	p                  *berthProc
+	agentsAddr, remote string
+	r                  *relayserver.Remote
+}
+
+func startRelayBin(t *testing.T, ctx context.Context, supURL, token string) *relayBin {
+	t.Helper()
+	agents, internal := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
+	env := append(os.Environ(), "RELAY_TOKEN="+token)
+	p := startProc(t, ctx, env, "relay", "--listen", agents, "--internal-listen", internal, "--supervisor", supURL)
+	p.waitLine(t, regexp.MustCompile(`msg="reporting lenders to the (supervisor)" advertise=http://`+regexp.QuoteMeta(internal)))
+	r, err := relayserver.NewRemote("http://"+internal, token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &relayBin{p: p, agentsAddr: agents, r: r}
+}
+
+func (b *relayBin) wsURL() string { return "ws://" + b.agentsAddr + relay.ConnectPath }
+
+// online reports whether the lender is linked to this relay, as its
+// internal API says.
+func (b *relayBin) online(ctx context.Context, id string) func() bool {
+	return func() bool {
+		p, ok, err := b.r.Presence(ctx, id)
+		return err == nil && ok && p.Online
+	}
+}
+
+// kill ends the relay with SIGKILL: no goodbye to its lenders or its
+// supervisor.
+func (b *relayBin) kill(t *testing.T) {
+	select {
+	case <-b.p.done:
+		return
+	default:
+	}
+	b.p.cmd.Process.Kill()
+	<-b.p.done
 }
