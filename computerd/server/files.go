@@ -376,7 +376,12 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	d, err := os.Open(path)
+	// O_DIRECTORY refuses what is not a folder before it is opened, and
+	// O_NONBLOCK keeps a named pipe from holding the call forever.
+	d, err := os.OpenFile(path, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return badRequest("%s is not a directory", path)
+	}
 	if err != nil {
 		return fileError("list", path, err)
 	}
