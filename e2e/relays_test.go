@@ -230,9 +230,9 @@ func onlineLenders(s *super) int {
 
 // relayBin is a `berth relay` process on loopback.
 type relayBin struct {
-	p                  *berthProc
-	agentsAddr, remote string
-	r                  *relayserver.Remote
+	p          *berthProc
+	agentsAddr string
+	r          *relayserver.Remote
 }
 
 func startRelayBin(t *testing.T, ctx context.Context, supURL, token string) *relayBin {
