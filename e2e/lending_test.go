@@ -350,17 +350,7 @@ func TestDevLendingByHand(t *testing.T) {
 	run.waitLine(t, regexp.MustCompile(`lending as (`+regexp.QuoteMeta(lenderID)+`)`))
 	// The agent says so as its link comes up; the relay counts it a moment
 	// later. Wait (bounded by the test's deadline) until both lenders show.
-	testkit.EventuallyContext(t, ctx, "both lenders online in /v1/lenders", func() bool {
-		var lenders []struct{ Online bool }
-		s.must("GET", "/v1/lenders", nil, 200, &lenders)
-		online := 0
-		for _, l := range lenders {
-			if l.Online {
-				online++
-			}
-		}
-		return online >= 2
-	})
+	testkit.EventuallyContext(t, ctx, "both lenders online in /v1/lenders", func() bool { return onlineLenders(s) >= 2 })
 
 	s.must("POST", "/v1/agents", map[string]any{"id": "byhand", "name": "byhand"}, 201, nil)
 	// Two lenders are paired now (berth dev's own and the second

@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/providers"
 )
 
 // BenchmarkColdStart compares Create (network, volume and hardened
@@ -40,17 +41,8 @@ func benchColdStart(b *testing.B, opts Options, image string) {
 	var ours, bare []time.Duration
 
 	timeOurs := func() {
-		spec := testSpec(b)
-		b.Cleanup(func() {
-			ctx, cancel := cleanupContext()
-			defer cancel()
-			d.Destroy(ctx, ContainerPrefix+spec.ComputerID)
-		})
 		start := time.Now()
-		m, err := d.Create(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
+		m := benchCreate(b, ctx, d)
 		ours = append(ours, time.Since(start))
 		if err := d.Destroy(ctx, m.ID); err != nil {
 			b.Fatal(err)
@@ -104,4 +96,21 @@ func median[T time.Duration | float64](xs []T) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// benchCreate creates a computer of the test spec on d, destroyed when the
+// benchmark ends if it is still there.
+func benchCreate(b *testing.B, ctx context.Context, d *Docker) providers.Machine {
+	b.Helper()
+	spec := testSpec(b)
+	b.Cleanup(func() {
+		ctx, cancel := cleanupContext()
+		defer cancel()
+		d.Destroy(ctx, ContainerPrefix+spec.ComputerID)
+	})
+	m, err := d.Create(ctx, spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

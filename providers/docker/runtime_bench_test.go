@@ -32,19 +32,10 @@ func BenchmarkRuntimeReady(b *testing.B) {
 		byRuntime[rt] = d
 	}
 	ready := func(d *Docker) time.Duration {
-		spec := testSpec(b)
-		b.Cleanup(func() {
-			ctx, cancel := cleanupContext()
-			defer cancel()
-			d.Destroy(ctx, ContainerPrefix+spec.ComputerID)
-		})
 		start := time.Now()
-		m, err := d.Create(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
+		m := benchCreate(b, ctx, d)
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = computerd.NewClient(m.Endpoint, "").WaitHealthy(wctx)
+		err := computerd.NewClient(m.Endpoint, "").WaitHealthy(wctx)
 		cancel()
 		if err != nil {
 			b.Fatalf("computerd at %s: %v", m.Endpoint, err)

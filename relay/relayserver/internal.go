@@ -162,9 +162,16 @@ func NewRemote(base, token string, hc *http.Client) (*Remote, error) {
 		return nil, errors.New("RELAY_TOKEN: must be at least 16 characters")
 	}
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 90 * time.Second, DisableCompression: true}}
+		hc = internalClient()
 	}
 	return &Remote{base: strings.TrimRight(base, "/"), token: token, hc: hc}, nil
+}
+
+// internalClient is the client for relays' internal APIs when the caller
+// gives none: requests to agents may stream for long, so callers bound
+// them with contexts.
+func internalClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 90 * time.Second, DisableCompression: true}}
 }
 
 // Presence returns an agent's presence; ok is false for an agent the

@@ -44,8 +44,9 @@ type Report struct {
 	// LeaseSeconds is how long the online lenders stay recorded unless
 	// the next report renews them.
 	LeaseSeconds int `json:"leaseSeconds"`
-	// Lenders are every lender the relay has seen: the online ones hold
-	// their lease, an offline one ends the link it had here.
+	// Lenders are the lenders the relay holds, which hold their lease,
+	// and those that left it within the last lease, which end the link
+	// they had here.
 	Lenders []PresenceInfo `json:"lenders"`
 }
 
@@ -116,9 +117,15 @@ func (s *Server) Report(ctx context.Context, c ReportConfig) error {
 	endpoint := strings.TrimRight(c.SupervisorURL, "/") + ReportPath
 	failing := false
 	for {
+		// An offline lender is reported for one lease after it left, which
+		// ends its row at once; after that the row's lease has run out
+		// anyway, and the store is not written for it again.
 		rep := Report{Relay: c.Advertise, LeaseSeconds: lease, Lenders: []PresenceInfo{}}
+		since := s.clock.Now().Add(-time.Duration(lease) * time.Second)
 		for _, p := range s.Lenders() {
-			rep.Lenders = append(rep.Lenders, info(p))
+			if p.Online || p.LastSeen.After(since) {
+				rep.Lenders = append(rep.Lenders, info(p))
+			}
 		}
 		err := postReport(ctx, hc, endpoint, c.Token, rep)
 		switch {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 )
 
 // Lookup is the supervisor's RELAY_URL for several relays: each lender is
@@ -50,7 +49,7 @@ func NewRouter(links Links, token string, hc *http.Client) (*Router, error) {
 		return nil, errors.New("RELAY_TOKEN: must be at least 16 characters")
 	}
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 90 * time.Second, DisableCompression: true}}
+		hc = internalClient()
 	}
 	return &Router{links: links, token: token, hc: hc, remotes: make(map[string]*Remote)}, nil
 }
