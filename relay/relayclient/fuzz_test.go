@@ -3,6 +3,7 @@ package relayclient
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -119,7 +120,8 @@ func FuzzLinkCoalescing(f *testing.F) {
 func FuzzCheckURL(f *testing.F) {
 	for _, s := range []string{"wss://relay.example.com/v1/agents/connect", "ws://127.0.0.1:8080/x", "ws://localhost./x",
 		"ws://[::1]:80/", "ws://relay.example.com/", "http://127.0.0.2/", "WS://LOCALHOST/", "ws://127.0.0.1.nip.io/",
-		"ws://localhost@evil.example/", "ws://evil.example#@127.0.0.1/", "ws://0x7f000001/", "ws:///x", "ftp://x", "::"} {
+		"ws://localhost@evil.example/", "ws://evil.example#@127.0.0.1/", "ws://0x7f000001/", "ws:///x", "ftp://x", "::",
+		"ws://127.0.0.1/, wss://relay.example.com/", "wss://a.example/,ws://b.example/", " , ", "ws://127.0.0.0  "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -129,26 +131,37 @@ func FuzzCheckURL(f *testing.F) {
 			t.Fatalf("CheckURL(%q): accepted without --insecure, refused with it: %v", s, loose)
 		}
 		if strict == nil {
-			u, err := url.Parse(s)
-			if err != nil {
-				t.Fatalf("CheckURL(%q) accepted an unparsable URL", s)
+			urls := URLs(s)
+			if len(urls) == 0 || len(urls) > MaxURLs {
+				t.Fatalf("CheckURL(%q) accepted a setting naming %d relays", s, len(urls))
 			}
-			switch strings.ToLower(u.Scheme) {
-			case "wss", "https":
-			case "ws", "http":
-				h := u.Hostname()
-				if !strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
-					ip := net.ParseIP(h)
-					if ip == nil || !ip.IsLoopback() {
-						t.Fatalf("CheckURL(%q) sends the token in clear to %q", s, h)
-					}
+			for _, one := range urls {
+				u, err := url.Parse(one)
+				if err != nil {
+					t.Fatalf("CheckURL(%q) accepted the unparsable URL %q", s, one)
 				}
-			default:
-				t.Fatalf("CheckURL(%q) accepted scheme %q", s, u.Scheme)
+				switch strings.ToLower(u.Scheme) {
+				case "wss", "https":
+				case "ws", "http":
+					h := u.Hostname()
+					if !strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
+						ip := net.ParseIP(h)
+						if ip == nil || !ip.IsLoopback() {
+							t.Fatalf("CheckURL(%q) sends the token in clear to %q", s, h)
+						}
+					}
+				default:
+					t.Fatalf("CheckURL(%q) accepted scheme %q", s, u.Scheme)
+				}
 			}
 		}
-		if plaintext(s) != (strict != nil && loose == nil) {
-			t.Fatalf("plaintext(%q) = %v", s, plaintext(s))
+		if strict != nil && loose == nil {
+			if !errors.Is(strict, ErrInsecureURL) {
+				t.Fatalf("CheckURL(%q) refused a URL --insecure allows, but not as insecure: %v", s, strict)
+			}
+			if msg := strict.Error(); !strings.Contains(msg, "wss://") && !strings.Contains(msg, "https://") {
+				t.Fatalf("CheckURL(%q): the refusal offers no encrypted scheme: %v", s, msg)
+			}
 		}
 	})
 }
