@@ -141,7 +141,9 @@ type RestoreOptions struct {
 	// also bounds a larger value).
 	MaxEntries int64
 	// SHA256, when set, is the hex SHA-256 the stream must have; the
-	// restore is refused, the home unchanged, when it has another.
+	// restore is refused, the home unchanged, when it has another. When
+	// empty the stream is not hashed (the caller has authenticated it)
+	// and the result's SHA256 is empty.
 	SHA256 string
 }
 
@@ -149,7 +151,7 @@ type RestoreOptions struct {
 type RestoreResult struct {
 	Format     string `json:"format"`     // ArchiveFormat
 	Bytes      int64  `json:"bytes"`      // of the compressed stream
-	SHA256     string `json:"sha256"`     // hex SHA-256 of the compressed stream
+	SHA256     string `json:"sha256"`     // hex SHA-256 of the compressed stream, when one was asked for
 	Entries    int64  `json:"entries"`    // tar entries restored
 	DataBytes  int64  `json:"dataBytes"`  // file contents written, holes not included
 	DurationMs int64  `json:"durationMs"` // from the request to the answer

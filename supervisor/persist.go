@@ -222,7 +222,13 @@ func (s *Service) restore(ctx context.Context, x store.Session) (store.Archive, 
 	}
 	defer rc.Close()
 	src := &readErr{r: rc}
-	_, err = c.Restore(ctx, src, computerd.RestoreOptions{SHA256: a.SHA256})
+	// A sealed store authenticates every chunk it reads back and the
+	// archive's length, so computerd need not hash the stream again.
+	var opts computerd.RestoreOptions
+	if _, sealed := s.cfg.Objects.(*objstore.Encrypted); !sealed {
+		opts.SHA256 = a.SHA256
+	}
+	_, err = c.Restore(ctx, src, opts)
 	when := a.CreatedAt.UTC().Format(time.RFC3339)
 	switch {
 	case errors.Is(src.err, objstore.ErrTampered):

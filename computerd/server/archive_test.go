@@ -592,6 +592,9 @@ func TestRestoreRefusesCorruptStreams(t *testing.T) {
 		if res.Entries != 3 || res.DataBytes != 1000001 {
 			t.Errorf("result %+v", res)
 		}
+		if res.SHA256 != "" {
+			t.Errorf("restore asked for no SHA-256 answered %q: the stream was hashed for nothing", res.SHA256)
+		}
 		if got, _ := readFileString(filepath.Join(s.h.home, "b.txt")); got != "b" {
 			t.Errorf("b.txt = %q", got)
 		}

@@ -1,6 +1,7 @@
 package apiserver_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"io/fs"
@@ -334,6 +335,60 @@ func TestTamperedArchive(t *testing.T) {
 	}
 	if c, d := e.fake.Counts(); c != d {
 		t.Fatalf("creates %d, destroys %d: a machine was left", c, d)
+	}
+}
+
+// TestSwappedArchivePlainStore: with an object store that does not seal
+// archives, computerd checks each archive's SHA-256 at wake. An object
+// replaced by another whole archive (which decompresses cleanly) is
+// refused, and the home it held is not restored.
+func TestSwappedArchivePlainStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plain")
+	plain, err := objstore.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newHomeEnv(t, func(c *supervisor.Config) { c.Objects = plain })
+	e.objects = dir
+	e.connectHome("p", nil)
+	e.mustCall("POST", "/v1/agents/p/computer/start", nil, 200, nil)
+	e.exec("p", "echo one > a.txt")
+	e.mustCall("POST", "/v1/agents/p/computer/checkpoints", map[string]any{"name": "one"}, 200, nil)
+	e.exec("p", "echo two > a.txt")
+	e.mustCall("POST", "/v1/agents/p/computer/stop", nil, 200, nil)
+
+	ctx := context.Background()
+	sleep, err := e.st.GetArchive(ctx, "p", store.SleepArchive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := e.st.GetArchive(ctx, "p", "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := plain.Get(ctx, one.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Put(ctx, sleep.Key, bytes.NewReader(other), nil); err != nil {
+		t.Fatal(err)
+	}
+	st, code := e.call("POST", "/v1/agents/p/computer/start", nil, nil)
+	if st != 502 || code != supervisor.CodeArchive {
+		t.Fatalf("start from a swapped archive: %d %s, want 502 %s", st, code, supervisor.CodeArchive)
+	}
+	if s := e.status("p"); s.Session != nil || s.State != api.StateSleeping {
+		t.Fatalf("status after the refused wake = %+v", s)
+	}
+	// The checkpoint itself still wakes, with its own file.
+	e.mustCall("POST", "/v1/agents/p/computer/start", map[string]any{"checkpoint": "one"}, 200, nil)
+	if x := e.exec("p", "cat a.txt"); x.Stdout != "one\n" {
+		t.Fatalf("a.txt after waking from the checkpoint = %q", x.Stdout)
 	}
 }
 
