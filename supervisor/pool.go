@@ -138,6 +138,7 @@ func (w *Pool) newWarmPool(id, image string, pl Pooler) *warmpool.Pool[store.Poo
 	var wp *warmpool.Pool[store.PoolMember]
 	wp = warmpool.New(warmpool.Config[store.PoolMember]{
 		Clock: w.clk, Logger: w.log.With("provider", id, "image", image), Locker: &w.mu, MaxWait: providers.PoolMaxWait,
+		Settle: warmpool.ClaimSettle, MaxSettle: warmpool.ClaimMaxSettle,
 		Ready:   func() bool { _, hi := pl.PoolRange(image); return hi > 0 },
 		MemInfo: pl.MemInfo,
 		Target: func(now time.Time, _ warmpool.Stats) (int, int) {

@@ -89,6 +89,7 @@ func (l *core) newPool() *warmpool.Pool[*pooled] {
 	var wp *warmpool.Pool[*pooled]
 	wp = warmpool.New(warmpool.Config[*pooled]{
 		Clock: l.clk, Logger: l.log, Locker: &l.mu, MaxWait: providers.PoolMaxWait,
+		Settle: warmpool.ClaimSettle, MaxSettle: warmpool.ClaimMaxSettle,
 		Ready: func() bool {
 			_, _, err := pooler()
 			return err == nil

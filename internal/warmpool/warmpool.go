@@ -36,6 +36,10 @@ const (
 	// doubles with each failure in a row.
 	MinBackoff = time.Second
 	MaxBackoff = time.Minute
+	// ClaimSettle and ClaimMaxSettle are the Settle and MaxSettle of the
+	// supervisor's and the lending agent's pools.
+	ClaimSettle    = 250 * time.Millisecond
+	ClaimMaxSettle = 2 * time.Second
 )
 
 // Unlimited is the room of a pool that only its size bounds.
@@ -94,6 +98,12 @@ type Config[M any] struct {
 	// It reports whether it removed the member (false: someone else owns
 	// it now, for example a claim that came first).
 	Remove func(ctx context.Context, m M, why string) bool
+	// Settle holds the creates back while starts claim members: a pass
+	// starts none until Settle passed since the last claim, or MaxSettle
+	// since the first claim of the spell, so that a burst's starts do not
+	// share the cores with the refills they cause. 0: creates follow
+	// claims at once.
+	Settle, MaxSettle time.Duration
 	// ID names a member; Made is when its making began, which its age
 	// counts from.
 	ID   func(M) string
@@ -122,6 +132,8 @@ type Pool[M any] struct {
 	passed   chan struct{} // closed and replaced when a pass ends
 	ended    uint64        // passes ended
 	demand   demand        // claims and create times (demand.go)
+	// The spell of claims that holds the creates back (Config.Settle).
+	lastClaim, spellBegan time.Time
 }
 
 // New returns an empty pool; Run fills it.
@@ -155,12 +167,12 @@ func (p *Pool[M]) Poke() {
 func (p *Pool[M]) Run(ctx context.Context) {
 	defer p.wg.Wait()
 	for {
-		p.pass(ctx)
+		wait := p.pass(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.wake:
-		case <-p.clk.After(Interval):
+		case <-p.clk.After(wait):
 		}
 	}
 }
@@ -189,8 +201,10 @@ func (p *Pool[M]) Sync(ctx context.Context) error {
 
 // pass retires the members that waited their longest, removes the oldest
 // under memory pressure and those beyond the size, and starts the creates
-// that the size, the room, the memory and the backoff allow.
-func (p *Pool[M]) pass(ctx context.Context) {
+// that the size, the room, the memory, the backoff and a spell of claims
+// allow. It returns the time until the next pass is due.
+func (p *Pool[M]) pass(ctx context.Context) (wait time.Duration) {
+	wait = Interval
 	p.mu.Lock()
 	p.began++
 	p.mu.Unlock()
@@ -202,7 +216,7 @@ func (p *Pool[M]) pass(ctx context.Context) {
 		p.mu.Unlock()
 	}()
 	if p.cfg.Ready != nil && !p.cfg.Ready() {
-		return
+		return wait
 	}
 	grow, shrink := true, false
 	if p.cfg.MemInfo != nil {
@@ -246,6 +260,9 @@ func (p *Pool[M]) pass(ctx context.Context) {
 	if shrink || !grow || now.Before(p.retryAt) || ctx.Err() != nil {
 		need = 0
 	}
+	if left := p.settling(now); need > 0 && left > 0 {
+		need, wait = 0, min(wait, left)
+	}
 	gen := p.gen
 	for range max(need, 0) {
 		p.creating++
@@ -256,6 +273,35 @@ func (p *Pool[M]) pass(ctx context.Context) {
 		p.log.Info("warm pool: removing a waiting computer", "computer", p.cfg.ID(d.m), "reason", d.why)
 		p.remove(ctx, d.m, d.why)
 	}
+	return wait
+}
+
+// noteClaim counts a claim at now toward the pool's demand and its spell
+// of claims. Called with the lock held.
+func (p *Pool[M]) noteClaim(now time.Time) {
+	p.demand.claimed(now)
+	if p.cfg.Settle <= 0 {
+		return
+	}
+	if p.lastClaim.IsZero() || now.Sub(p.lastClaim) >= p.cfg.Settle {
+		p.spellBegan = now
+	}
+	p.lastClaim = now
+}
+
+// settling returns how long creates are still held back at now by the
+// spell of claims (0: not held). Called with the lock held.
+func (p *Pool[M]) settling(now time.Time) time.Duration {
+	if p.cfg.Settle <= 0 || p.lastClaim.IsZero() {
+		return 0
+	}
+	end := p.lastClaim.Add(p.cfg.Settle)
+	if p.cfg.MaxSettle > 0 {
+		if limit := p.spellBegan.Add(p.cfg.MaxSettle); limit.Before(end) {
+			end = limit
+		}
+	}
+	return max(end.Sub(now), 0)
 }
 
 // create makes one member and offers it, unless the pool was drained
@@ -369,7 +415,7 @@ func (p *Pool[M]) Claim() (M, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.Poke()
-	p.demand.claimed(p.clk.Now())
+	p.noteClaim(p.clk.Now())
 	m, ok := p.oldest()
 	if !ok || p.old(m, p.clk.Now()) {
 		var zero M
@@ -396,7 +442,7 @@ func (p *Pool[M]) Claimed(id string) {
 // happen elsewhere (the supervisor claims members in its store).
 func (p *Pool[M]) Wanted() {
 	p.mu.Lock()
-	p.demand.claimed(p.clk.Now())
+	p.noteClaim(p.clk.Now())
 	p.mu.Unlock()
 	p.Poke()
 }

@@ -46,13 +46,18 @@ type rig struct {
 }
 
 func newRig(t *testing.T, size int, gate chan struct{}, setup ...func(*rig)) *rig {
+	return newRigWith(t, size, gate, nil, setup...)
+}
+
+// newRigWith is newRig with configure changing the pool's Config first.
+func newRigWith(t *testing.T, size int, gate chan struct{}, configure func(*warmpool.Config[member]), setup ...func(*rig)) *rig {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	t.Cleanup(cancel)
 	r := &rig{t: t, ctx: ctx, clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), gate: gate}
 	r.size.Store(int64(size))
 	r.room.Store(warmpool.Unlimited)
 	r.free.Store(50)
-	r.p = warmpool.New(warmpool.Config[member]{
+	cfg := warmpool.Config[member]{
 		Clock: r.clk, MaxWait: 30 * time.Minute,
 		MemInfo: func() (uint64, uint64, error) { return uint64(r.free.Load()), 100, nil },
 		Target: func(now time.Time, st warmpool.Stats) (int, int) {
@@ -85,7 +90,11 @@ func newRig(t *testing.T, size int, gate chan struct{}, setup ...func(*rig)) *ri
 		},
 		ID:   func(m member) string { return m.id },
 		Made: func(m member) time.Time { return m.made },
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	r.p = warmpool.New(cfg)
 	for _, f := range setup {
 		f(r)
 	}
@@ -409,5 +418,50 @@ func TestCreatorsWiden(t *testing.T) {
 	})
 	if w := r.p.Creators(); w != warmpool.Creators+2 {
 		t.Fatalf("creates at once: %d, want %d", w, warmpool.Creators+2)
+	}
+}
+
+// TestSettle: while starts claim members, the pool holds its refills back
+// until the claims have been quiet for Settle, and never longer than
+// MaxSettle after the spell's first claim.
+func TestSettle(t *testing.T) {
+	const settle, maxSettle = 250 * time.Millisecond, 2 * time.Second
+	r := newRigWith(t, 3, nil, func(c *warmpool.Config[member]) { c.Settle, c.MaxSettle = settle, maxSettle })
+	if st := r.settle(); st.Waiting != 3 {
+		t.Fatalf("filled: %+v", st)
+	}
+	made := func() int { r.mu.Lock(); defer r.mu.Unlock(); return r.made }
+	before := made()
+	for range 3 {
+		if _, ok := r.p.Claim(); !ok {
+			t.Fatal("claim found no member")
+		}
+	}
+	if st := r.settle(); st.Waiting != 0 || made() != before {
+		t.Fatalf("right after a burst of claims: %+v, %d made; want the refills held back", st, made()-before)
+	}
+	r.clk.Advance(settle - time.Millisecond)
+	if st := r.settle(); st.Waiting != 0 || made() != before {
+		t.Fatalf("%v after the last claim: %+v, %d made; want the refills still held", settle-time.Millisecond, st, made()-before)
+	}
+	r.clk.Advance(time.Millisecond)
+	if st := r.settle(); st.Waiting != 3 || made() != before+3 {
+		t.Fatalf("once the claims were quiet for %v: %+v, %d made; want 3", settle, st, made()-before)
+	}
+
+	// Claims that keep coming hold the refills for MaxSettle at most.
+	before = made()
+	began := r.clk.Now()
+	for r.clk.Now().Sub(began) < maxSettle {
+		r.p.Claim() // once the pool is empty, a claim that finds none
+		r.settle()
+		if r.clk.Now().Sub(began) < maxSettle && made() != before {
+			t.Fatalf("%v into a spell of claims: %d made, want none yet", r.clk.Now().Sub(began), made()-before)
+		}
+		r.clk.Advance(100 * time.Millisecond)
+	}
+	r.p.Wanted()
+	if st := r.settle(); made() != before+3 || st.Waiting != 3 {
+		t.Fatalf("%v into a spell of claims: %+v, %d made; want the pool refilled", r.clk.Now().Sub(began), st, made()-before)
 	}
 }
