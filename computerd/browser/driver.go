@@ -53,9 +53,13 @@ type Driver struct {
 	cancelB context.CancelFunc
 	browser *chromedp.Browser
 
-	mu     sync.Mutex // held by each call
-	tabs   []*tab     // in the order the tab list shows them
-	sel    int        // index of the selected tab in tabs
+	mu   sync.Mutex // held by each call
+	tabs []*tab     // in the order the tab list shows them
+	sel  int        // index of the selected tab in tabs
+	// gone holds the tabs this driver closed that the browser may still
+	// list for a moment (Target.closeTarget answers before the target is
+	// gone): sync must not take one for a tab the page opened.
+	gone   map[target.ID]bool
 	closed bool
 	// nextRef is the least number a new ref may have: refs are never
 	// given twice by one Driver, in any tab or document. It starts at a
@@ -274,8 +278,13 @@ func (d *Driver) sync(ctx context.Context) error {
 	}
 	live := make(map[target.ID]bool)
 	for _, in := range res.TargetInfos {
-		if isPage(in) {
+		if isPage(in) && !d.gone[in.TargetID] {
 			live[in.TargetID] = true
+		}
+	}
+	for id := range d.gone {
+		if !slices.ContainsFunc(res.TargetInfos, func(in *target.Info) bool { return in.TargetID == id }) {
+			delete(d.gone, id) // gone at last
 		}
 	}
 	selID := target.ID("")
