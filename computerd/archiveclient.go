@@ -86,7 +86,7 @@ func (c *Client) ArchiveWith(ctx context.Context, w io.Writer, opts ArchiveOptio
 	}
 	// Large writes: the archive goes on (into a pipe, an object store) in
 	// a few pieces per MiB instead of one per 32 KiB.
-	n, err := io.CopyBuffer(sink, body, make([]byte, restoreWriteSize))
+	n, err := io.CopyBuffer(sink, body, make([]byte, bulkSize))
 	got := ArchiveInfo{Format: ArchiveFormat, Bytes: n}
 	if h != nil {
 		got.SHA256 = hex.EncodeToString(h.Sum(nil))
@@ -163,7 +163,7 @@ func (c *Client) Restore(ctx context.Context, r io.Reader, opts RestoreOptions) 
 		r = &progressReader{r: r, w: wd}
 	}
 	if r != nil {
-		r = bulkReader{r: r, size: restoreWriteSize}
+		r = bulkReader{r: r, size: bulkSize}
 	}
 	resp, err := c.send(wd.ctx, method, path, q, r, ArchiveContentType)
 	var res RestoreResult
@@ -183,8 +183,9 @@ func (c *Client) archiveOutcome(ctx context.Context, id string) (ArchiveOutcome,
 	return out, err
 }
 
-// restoreWriteSize is the size of the pieces a restore's body is sent in.
-const restoreWriteSize = 1 << 20
+// bulkSize is the size of the pieces an archive moves in: a restore's
+// body as it is sent, an archive as it is copied on.
+const bulkSize = 1 << 20
 
 // bulkReader gives io.Copy (which sends an HTTP request's body) its
 // reader's bytes in pieces of size bytes: the body then leaves in large

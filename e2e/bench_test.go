@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,14 +28,7 @@ import (
 //
 //	make bench    (or: go test ./e2e -run '^$' -bench . -benchtime 20x)
 
-func median[T time.Duration | float64](xs []T) T {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
+func median[T time.Duration | float64](xs []T) T { return testkit.Median(xs) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -103,23 +95,10 @@ func BenchmarkColdStart(b *testing.B) {
 // pairedRuns times ours and base alternately, the first of each pair
 // swapping every loop, and reports both medians and the median ratio.
 func pairedRuns(b *testing.B, oursUnit string, ours func() time.Duration, baseUnit string, base func() time.Duration) {
-	var o, r []time.Duration
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			o = append(o, ours())
-			r = append(r, base())
-		} else {
-			r = append(r, base())
-			o = append(o, ours())
-		}
-	}
-	ratios := make([]float64, len(o))
-	for i := range o {
-		ratios[i] = float64(o[i]) / float64(r[i])
-	}
+	o, r := testkit.PairedRuns(b, ours, base)
 	b.ReportMetric(ms(median(o)), oursUnit)
 	b.ReportMetric(ms(median(r)), baseUnit)
-	b.ReportMetric(median(ratios), "ratio")
+	b.ReportMetric(testkit.PairRatio(o, r), "ratio")
 }
 
 // BenchmarkExec times an `echo hi` through the REST API against the same

@@ -225,7 +225,7 @@ func (s *Service) restore(ctx context.Context, x store.Session) (store.Archive, 
 	// A sealed store authenticates every chunk it reads back and the
 	// archive's length, so computerd need not hash the stream again.
 	var opts computerd.RestoreOptions
-	if _, sealed := s.cfg.Objects.(*objstore.Encrypted); !sealed {
+	if !s.sealed() {
 		opts.SHA256 = a.SHA256
 	}
 	_, err = c.Restore(ctx, src, opts)
@@ -290,7 +290,7 @@ func (s *Service) archiveHome(ctx context.Context, x store.Session, name string,
 	var info computerd.ArchiveInfo
 	// A sealed store hashes what it stores: the client need not hash it
 	// again, and the store's SHA-256 is checked against computerd's below.
-	_, sealed := s.cfg.Objects.(*objstore.Encrypted)
+	sealed := s.sealed()
 	go func() {
 		var err error
 		info, err = c.ArchiveWith(ctx, &capWriter{w: pw, left: s.cfg.MaxArchiveBytes}, computerd.ArchiveOptions{Unhashed: sealed, Background: name != store.SleepArchive})
@@ -327,6 +327,14 @@ func (s *Service) archiveHome(ctx context.Context, x store.Session, name string,
 		s.dropObject(ctx, old.Key)
 	}
 	return a, nil
+}
+
+// sealed reports whether the object store seals what it keeps: it then
+// hashes an archive as it stores it and authenticates it as it reads it
+// back.
+func (s *Service) sealed() bool {
+	_, ok := s.cfg.Objects.(*objstore.Encrypted)
+	return ok
 }
 
 // dropObject deletes an object no archive records (any left is swept).

@@ -108,7 +108,7 @@ func Dial(ctx context.Context, wsURL string, opts DriverOptions) (*Driver, error
 	logf := func(f string, args ...any) { log.Debug(fmt.Sprintf(f, args...)) }
 	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithBrowserOption(
 		chromedp.WithBrowserLogf(logf), chromedp.WithBrowserErrorf(logf)))
-	d := &Driver{opts: opts, log: log, cancelA: cancelA, bctx: bctx, cancelB: cancelB, nextRef: firstRef()}
+	d := &Driver{opts: opts, log: log, cancelA: cancelA, bctx: bctx, cancelB: cancelB, nextRef: firstRef(), gone: map[target.ID]bool{}}
 
 	// The first use binds the connection to bctx, so it runs on bctx and
 	// the dial's ctx only bounds the wait.
@@ -277,13 +277,15 @@ func (d *Driver) sync(ctx context.Context) error {
 		return err
 	}
 	live := make(map[target.ID]bool)
+	listed := make(map[target.ID]bool, len(res.TargetInfos))
 	for _, in := range res.TargetInfos {
+		listed[in.TargetID] = true
 		if isPage(in) && !d.gone[in.TargetID] {
 			live[in.TargetID] = true
 		}
 	}
 	for id := range d.gone {
-		if !slices.ContainsFunc(res.TargetInfos, func(in *target.Info) bool { return in.TargetID == id }) {
+		if !listed[id] {
 			delete(d.gone, id) // gone at last
 		}
 	}

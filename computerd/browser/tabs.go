@@ -67,9 +67,6 @@ func (d *Driver) Tabs(ctx context.Context, req TabsRequest) (Tabs, error) {
 			if _, err := cdp.Call(ctx, d.browser, target.CloseTarget, target.CloseTargetParams{TargetID: t.id}); err != nil {
 				return err
 			}
-			if d.gone == nil {
-				d.gone = map[target.ID]bool{}
-			}
 			d.gone[t.id] = true
 			if t.cancel != nil {
 				t.cancel()

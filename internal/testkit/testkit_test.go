@@ -214,3 +214,16 @@ func TestLeakOptionsKeepExtras(t *testing.T) {
 type leakT struct{ failed bool }
 
 func (l *leakT) Error(...any) { l.failed = true }
+
+func TestMedianAndPairRatio(t *testing.T) {
+	if got := Median([]time.Duration{3, 1, 2}); got != 2 {
+		t.Errorf("Median(3,1,2) = %v, want 2", got)
+	}
+	if got := Median([]float64{}); got != 0 {
+		t.Errorf("Median() = %v, want 0", got)
+	}
+	// Pairs 2/1, 6/2 and 4/4 have ratios 2, 3 and 1: their median is 2.
+	if got := PairRatio([]time.Duration{2, 6, 4}, []time.Duration{1, 2, 4}); got != 2 {
+		t.Errorf("PairRatio = %v, want 2", got)
+	}
+}

@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
@@ -38,17 +37,16 @@ func benchColdStart(b *testing.B, opts Options, image string) {
 		d.Warm(ctx)
 		testkit.EventuallyContext(b, ctx, "the network pool filled", func() bool { return d.pool.readyCount() >= d.pool.size })
 	}
-	var ours, bare []time.Duration
-
-	timeOurs := func() {
+	timeOurs := func() time.Duration {
 		start := time.Now()
 		m := benchCreate(b, ctx, d)
-		ours = append(ours, time.Since(start))
+		took := time.Since(start)
 		if err := d.Destroy(ctx, m.ID); err != nil {
 			b.Fatal(err)
 		}
+		return took
 	}
-	timeBare := func() {
+	timeBare := func() time.Duration {
 		name := "berth-provider-bench-" + randomID(b)
 		b.Cleanup(func() {
 			ctx, cancel := cleanupContext()
@@ -62,41 +60,20 @@ func benchColdStart(b *testing.B, opts Options, image string) {
 		if _, err := d.cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		bare = append(bare, time.Since(start))
+		took := time.Since(start)
 		if _, err := d.cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
 			b.Fatal(err)
 		}
+		return took
 	}
-
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			timeOurs()
-			timeBare()
-		} else {
-			timeBare()
-			timeOurs()
-		}
-	}
-	// The ratio is the median of each pair's ratio, which a drift in the
-	// engine's speed over the run affects less than a ratio of medians.
-	ratios := make([]float64, len(ours))
-	for i := range ours {
-		ratios[i] = float64(ours[i]) / float64(bare[i])
-	}
+	ours, bare := testkit.PairedRuns(b, timeOurs, timeBare)
 	b.ReportMetric(float64(median(ours).Microseconds())/1000, "create-ms")
 	b.ReportMetric(float64(median(bare).Microseconds())/1000, "bare-ms")
-	b.ReportMetric(median(ratios), "ratio")
+	b.ReportMetric(testkit.PairRatio(ours, bare), "ratio")
 	b.Logf("create %v, bare create+start %v", ours, bare)
 }
 
-func median[T time.Duration | float64](xs []T) T {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
+func median[T time.Duration | float64](xs []T) T { return testkit.Median(xs) }
 
 // benchCreate creates a computer of the test spec on d, destroyed when the
 // benchmark ends if it is still there.

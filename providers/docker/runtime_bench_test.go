@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // BenchmarkRuntimeReady compares a computer's create -> ready (Create,
@@ -46,22 +47,11 @@ func BenchmarkRuntimeReady(b *testing.B) {
 		}
 		return took
 	}
-	var runc, runsc []time.Duration
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			runc = append(runc, ready(byRuntime["runc"]))
-			runsc = append(runsc, ready(byRuntime[DetectedRuntime]))
-		} else {
-			runsc = append(runsc, ready(byRuntime[DetectedRuntime]))
-			runc = append(runc, ready(byRuntime["runc"]))
-		}
-	}
-	ratios := make([]float64, len(runc))
-	for i := range runc {
-		ratios[i] = float64(runsc[i]) / float64(runc[i])
-	}
+	runc, runsc := testkit.PairedRuns(b,
+		func() time.Duration { return ready(byRuntime["runc"]) },
+		func() time.Duration { return ready(byRuntime[DetectedRuntime]) })
 	b.ReportMetric(float64(median(runsc).Microseconds())/1000, "runsc-ready-ms")
 	b.ReportMetric(float64(median(runc).Microseconds())/1000, "runc-ready-ms")
-	b.ReportMetric(median(ratios), "ratio")
+	b.ReportMetric(testkit.PairRatio(runsc, runc), "ratio")
 	b.Logf("create -> ready: runsc %v, runc %v", runsc, runc)
 }

@@ -218,11 +218,7 @@ func New(ctx context.Context, o Options) (*Daemon, error) {
 	for _, id := range slices.Sorted(maps.Keys(d.Providers)) {
 		if pr, ok := d.Providers[id].(providers.Preparer); ok {
 			if err := pr.Prepare(ctx); err != nil {
-				for _, p := range d.Providers {
-					if c, ok := p.(io.Closer); ok {
-						c.Close()
-					}
-				}
+				d.closeProviders()
 				return nil, fmt.Errorf("provider %s: %w", id, err)
 			}
 		}
@@ -718,12 +714,18 @@ func (d *Daemon) Close() error {
 			}
 		}
 	}
+	d.closeProviders()
+	return d.Store.Close()
+}
+
+// closeProviders closes the providers that hold resources (clients of
+// their backends).
+func (d *Daemon) closeProviders() {
 	for _, p := range d.Providers {
 		if c, ok := p.(io.Closer); ok {
 			c.Close()
 		}
 	}
-	return d.Store.Close()
 }
 
 // EgressAddr returns the egress proxy's address as computers reach it, or
