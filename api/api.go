@@ -35,10 +35,11 @@ type ConnectRequest struct {
 	DailySeconds int               `json:"dailySeconds,omitempty"`
 	Image        string            `json:"image,omitempty"` // "headless" or "desktop"
 	// Persistence is PersistenceNone (the default: every session starts
-	// empty) or PersistenceHome (the home folder is kept across sessions).
+	// empty), PersistenceHome (the home folder is kept across sessions) or
+	// PersistenceMemory (the processes too, where the provider can).
 	Persistence string `json:"persistence,omitempty"`
-	// IdleSleepSeconds and MaxCheckpoints apply with PersistenceHome; zero
-	// leaves the defaults.
+	// IdleSleepSeconds and MaxCheckpoints apply with PersistenceHome and
+	// PersistenceMemory; zero leaves the defaults.
 	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
 	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
 	// BrowserRecording has a hosted browser provider record each session
@@ -67,7 +68,20 @@ const (
 	// configured then and restores the home before any tool call is
 	// answered. Files are kept; processes are not.
 	PersistenceHome = "home"
+	// PersistenceMemory: as PersistenceHome, and a sleep also suspends the
+	// machine (its memory and processes checkpointed to the provider's
+	// disk) instead of removing it; the next start resumes it, with every
+	// process where it was. Only providers that can checkpoint a machine
+	// take it (the docker provider under gVisor). When the suspended
+	// machine cannot be resumed (it was removed, the image changed, a
+	// checkpoint of the home was asked for) the start wakes from the home
+	// archive as with PersistenceHome: files kept, processes not.
+	PersistenceMemory = "memory"
 )
+
+// KeepsHome reports whether computers of a connection with persistence p
+// keep their home folder across sessions.
+func KeepsHome(p string) bool { return p == PersistenceHome || p == PersistenceMemory }
 
 // Limits of persistent connections.
 const (
@@ -90,7 +104,7 @@ type Connection struct {
 	LeaseSeconds int    `json:"leaseSeconds"`
 	DailySeconds int    `json:"dailySeconds"`
 	Persistence  string `json:"persistence"`
-	// IdleSleepSeconds and MaxCheckpoints are set with PersistenceHome.
+	// IdleSleepSeconds and MaxCheckpoints are set when KeepsHome.
 	IdleSleepSeconds int `json:"idleSleepSeconds,omitempty"`
 	MaxCheckpoints   int `json:"maxCheckpoints,omitempty"`
 	// BrowserRecording and BrowserProxyCountry are set on hosted browser
@@ -181,6 +195,10 @@ type Archive struct {
 	Bytes     int64     `json:"bytes"`
 	CreatedAt time.Time `json:"createdAt"`
 	Image     string    `json:"image"`
+	// Suspended is set on the last sleep of a PersistenceMemory computer
+	// whose machine is kept suspended: the next start resumes its
+	// processes.
+	Suspended bool `json:"suspended,omitempty"`
 }
 
 // StartRequest is the optional body of start. Checkpoint names the

@@ -296,10 +296,7 @@ func TestDevLendingByHand(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	token := "dev-by-hand-token-0123456789"
-	env := append(os.Environ(),
-		"SUPERVISOR_TOKEN="+token, "COMPUTER_IMAGE_HEADLESS=berth/test:latest", "COMPUTER_IMAGE_DESKTOP=berth/test:latest",
-		"EGRESS_LISTEN=off", "TURN_LISTEN=off", "COMPUTER_NETWORK_POOL=0",
-		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
+	env := devEnv(dir, token, "COMPUTER_NETWORK_POOL=0")
 	port := freePort(t)
 	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+port, "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))

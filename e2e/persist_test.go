@@ -32,6 +32,25 @@ chmod 0600 proj/sub/owned
 // target, and every file's SHA-256.
 const persistPrint = `cd $HOME && find proj empty | sort | xargs stat -c '%n %F %a %u:%g %h %N' && find proj -type f -exec sha256sum {} + | sort`
 
+// devEnv is the environment of a berth dev process of the tests, with
+// extra settings last: the test image for both kinds of computer, no
+// egress proxy or TURN relay, its configuration and session bus in dir.
+func devEnv(dir, token string, extra ...string) []string {
+	return append(append(os.Environ(),
+		"SUPERVISOR_TOKEN="+token, "COMPUTER_IMAGE_HEADLESS=berth/test:latest", "COMPUTER_IMAGE_DESKTOP=berth/test:latest",
+		"EGRESS_LISTEN=off", "TURN_LISTEN=off",
+		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus")), extra...)
+}
+
+// sleepStatus is what the tests read of GET /v1/agents/{agent}/computer.
+type sleepStatus struct {
+	State   string `json:"state"`
+	Archive *struct {
+		Bytes     int64 `json:"bytes"`
+		Suspended bool  `json:"suspended"`
+	} `json:"archive"`
+}
+
 // TestPersistentComputers: on berth dev with its archives in a real S3
 // server (MinIO), a persistent Docker computer and a persistent lent
 // computer (berth dev's own lender, through the relay) keep their files
@@ -44,12 +63,9 @@ func TestPersistentComputers(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	token := "persist-token-0123456789"
-	env := append(os.Environ(),
-		"SUPERVISOR_TOKEN="+token, "COMPUTER_IMAGE_HEADLESS=berth/test:latest", "COMPUTER_IMAGE_DESKTOP=berth/test:latest",
-		"EGRESS_LISTEN=off", "TURN_LISTEN=off", "COMPUTER_NETWORK_POOL=0",
+	env := devEnv(dir, token, "COMPUTER_NETWORK_POOL=0",
 		"OBJECT_STORE_URL=s3://"+s3.Bucket+"/berth", "OBJECT_STORE_ENDPOINT="+s3.Endpoint,
-		"OBJECT_STORE_ACCESS_KEY="+s3.AccessKey, "OBJECT_STORE_SECRET_KEY="+s3.SecretKey,
-		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
+		"OBJECT_STORE_ACCESS_KEY="+s3.AccessKey, "OBJECT_STORE_SECRET_KEY="+s3.SecretKey)
 	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+freePort(t), "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	dev.waitLine(t, regexp.MustCompile(`msg=reconciled .*(unfinished=0)`))
@@ -84,12 +100,7 @@ func TestPersistentComputers(t *testing.T) {
 		begin := time.Now()
 		s.must("POST", "/v1/agents/"+agent+"/computer/stop", nil, 200, nil)
 		slept := time.Since(begin)
-		var st struct {
-			State   string `json:"state"`
-			Archive *struct {
-				Bytes int64 `json:"bytes"`
-			} `json:"archive"`
-		}
+		var st sleepStatus
 		s.must("GET", "/v1/agents/"+agent+"/computer", nil, 200, &st)
 		if st.State != "sleeping" || st.Archive == nil || st.Archive.Bytes < 200_000_000 {
 			t.Fatalf("%s: status after stop = %+v", provider, st)

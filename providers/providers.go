@@ -119,6 +119,21 @@ type Transporter interface {
 	Transport(m Machine, credentials map[string]string) http.RoundTripper
 }
 
+// Suspender is a provider that can keep a whole machine, its memory and
+// its processes, while it is stopped (persistence "memory"): Suspend
+// checkpoints the machine and stops it, after which it uses no CPU or
+// memory, only disk; Resume starts it again from that checkpoint, with its
+// processes where they were, and returns it as Create would. CanSuspend
+// says whether the provider's machines can be suspended here, or why not.
+// Suspending a machine already suspended succeeds; resuming one that is
+// gone or has no checkpoint is ErrNotFound. Destroy removes a suspended
+// machine like any other.
+type Suspender interface {
+	CanSuspend(ctx context.Context) error
+	Suspend(ctx context.Context, machineID string) error
+	Resume(ctx context.Context, machineID string) (Machine, error)
+}
+
 // Warmer is a provider that makes things ahead of time (the docker
 // provider's network pool). Whoever serves with it calls Warm once before
 // taking calls; what it starts runs in the background until ctx ends.

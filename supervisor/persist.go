@@ -69,19 +69,21 @@ func checkCheckpointName(field, name string) error {
 
 // persistence checks and completes the persistence settings of a new
 // connection to provider p.
-func (s *Service) persistence(r *ConnectRequest, provider string) error {
+func (s *Service) persistence(ctx context.Context, r *ConnectRequest, provider string) error {
 	switch r.Persistence {
 	case "", api.PersistenceNone:
 		r.Persistence = api.PersistenceNone
 		if r.IdleSleepSeconds != nil || r.MaxCheckpoints != nil {
-			return badRequest("idleSleepSeconds, maxCheckpoints: only with persistence %q", api.PersistenceHome)
+			return badRequest("idleSleepSeconds, maxCheckpoints: only with persistence %q or %q", api.PersistenceHome, api.PersistenceMemory)
 		}
 		return nil
 	case api.PersistenceHome:
-	case "memory":
-		return badRequest("persistence: %q (processes kept across sleeps) is not available on this supervisor; %q keeps the home folder's files", r.Persistence, api.PersistenceHome)
+	case api.PersistenceMemory:
+		if err := s.canSuspend(ctx, provider); err != nil {
+			return err
+		}
 	default:
-		return badRequest("persistence: %q must be %q or %q", r.Persistence, api.PersistenceNone, api.PersistenceHome)
+		return badRequest("persistence: %q must be %q, %q or %q", r.Persistence, api.PersistenceNone, api.PersistenceHome, api.PersistenceMemory)
 	}
 	if s.cfg.Objects == nil {
 		return errorf(http.StatusConflict, CodeConflict, "persistence: this supervisor has no object store for archives (see OBJECT_STORE_URL)")
@@ -111,7 +113,7 @@ func (s *Service) persistence(r *ConnectRequest, provider string) error {
 // wakes from (checkpoint, or the sleep archive when there is one) and when
 // it first sleeps for want of calls.
 func (s *Service) homeOf(ctx context.Context, c store.Connection, checkpoint string, x *store.Session, now time.Time) error {
-	if c.Persistence != api.PersistenceHome {
+	if !api.KeepsHome(c.Persistence) {
 		if checkpoint != "" {
 			return errorf(http.StatusConflict, CodeConflict, "checkpoint: agent %q's computer does not keep its files (persistence %q)", c.AgentID, c.Persistence)
 		}
@@ -526,8 +528,8 @@ func (s *Service) persistentConnection(ctx context.Context, agent string) (store
 	if err != nil {
 		return c, err
 	}
-	if c.Persistence != api.PersistenceHome {
-		return c, errorf(http.StatusConflict, CodeConflict, "agent %q's computer does not keep its files (persistence %q); checkpoints need persistence %q", agent, c.Persistence, api.PersistenceHome)
+	if !api.KeepsHome(c.Persistence) {
+		return c, errorf(http.StatusConflict, CodeConflict, "agent %q's computer does not keep its files (persistence %q); checkpoints need persistence %q or %q", agent, c.Persistence, api.PersistenceHome, api.PersistenceMemory)
 	}
 	return c, nil
 }

@@ -149,6 +149,10 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string) (ReconcileRepo
 	if err != nil {
 		return ReconcileReport{Unfinished: ids}, err
 	}
+	suspended, err := r.st.SuspendedSessions(ctx)
+	if err != nil {
+		return ReconcileReport{Unfinished: ids}, err
+	}
 	var errs []error
 	for _, id := range ids {
 		p, ok := r.providers[id]
@@ -158,7 +162,7 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string) (ReconcileRepo
 		if _, ok := p.(providers.Lister); !ok {
 			continue
 		}
-		pr, err := r.reconcileProvider(ctx, id, p, running)
+		pr, err := r.reconcileProvider(ctx, id, p, running, suspended)
 		rep.add(pr)
 		if err != nil {
 			rep.Unfinished = append(rep.Unfinished, id)
@@ -172,12 +176,21 @@ func (r *Reconciler) reconcile(ctx context.Context, ids []string) (ReconcileRepo
 // reconcileProvider is one provider's part of a pass. Running sessions
 // whose machine is missing are ended only when every account's list was
 // read.
-func (r *Reconciler) reconcileProvider(ctx context.Context, id string, p providers.Provider, running []store.Session) (ReconcileReport, error) {
+func (r *Reconciler) reconcileProvider(ctx context.Context, id string, p providers.Provider, running, suspended []store.Session) (ReconcileReport, error) {
 	var rep ReconcileReport
 	var errs []error
 	// Each account in use is listed with its own credentials.
 	seen := map[string]bool{}
 	listed := true
+	// A machine a running session uses is its own, whichever session made
+	// it (a resumed machine carries the labels of the one that slept); a
+	// suspended one is kept for the agent's next start.
+	kept := map[string]bool{}
+	for _, x := range slices.Concat(running, suspended) {
+		if x.Provider == id && x.MachineID != "" {
+			kept[x.MachineID] = true
+		}
+	}
 	for _, cctx := range r.accounts(ctx, id) {
 		ms, err := r.machines(cctx, id)
 		if err != nil {
@@ -191,6 +204,10 @@ func (r *Reconciler) reconcileProvider(ctx context.Context, id string, p provide
 			}
 			seen[m.ID] = true
 			rep.Machines++
+			if kept[m.ID] {
+				rep.Kept++
+				continue
+			}
 			if err := r.reconcileMachine(cctx, p, id, m, &rep); err != nil {
 				errs = append(errs, err)
 			}

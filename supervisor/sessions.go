@@ -80,7 +80,17 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 	if err := s.homeOf(ctx, c, checkpoint, &r.Session, now); err != nil {
 		return SessionView{}, err
 	}
-	if warm {
+	prev, suspended, err := s.suspendedOf(ctx, c)
+	if err != nil {
+		return SessionView{}, err
+	}
+	resume := suspended && checkpoint == ""
+	if resume {
+		// The suspended machine holds the home, and knows the token of
+		// its computer id.
+		r.Session.ComputerID = prev.ComputerID
+		r.Session.Home, r.Session.WakeFrom = store.HomeLive, ""
+	} else if warm {
 		r.PoolOwner = s.pool.owner(c)
 	}
 	x, err := s.st.Reserve(ctx, r)
@@ -102,6 +112,20 @@ func (s *Service) start(ctx context.Context, agent, checkpoint string, warm bool
 		return s.joinStart(ctx, agent, warm, x)
 	case err != nil:
 		return SessionView{}, fmt.Errorf("reserve for %s: %w", agent, err)
+	}
+	switch {
+	case resume:
+		if err := s.resume(ctx, &x, prev); err != nil {
+			if errors.Is(err, errNotReady) {
+				return SessionView{}, s.adoptError(err)
+			}
+			return s.start(ctx, agent, checkpoint, warm) // from the archive
+		}
+		return s.started(ctx, x)
+	case suspended:
+		// A start from a named checkpoint: the suspended machine's
+		// processes belong to the last sleep, which it replaces.
+		s.dropSuspended(context.WithoutCancel(ctx), prev)
 	}
 	if r.PoolOwner != "" {
 		s.pool.wanted(x.Provider, x.Image) // counts toward the pool's size, and refills behind this start
@@ -489,6 +513,9 @@ func (s *Service) cleanup(ctx context.Context, x store.Session) store.Session {
 		if x, ok = s.archiveAtEnd(ctx, x); !ok {
 			return x
 		}
+	}
+	if y, ok := s.suspendAtEnd(ctx, x); ok {
+		return y
 	}
 	var err error
 	if x.MachineID != "" {

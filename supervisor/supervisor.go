@@ -288,7 +288,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 	if r.Image != providers.ImageHeadless && r.Image != providers.ImageDesktop {
 		return c, badRequest("image: %q must be %q or %q", r.Image, providers.ImageHeadless, providers.ImageDesktop)
 	}
-	if err := s.persistence(&r, r.Provider); err != nil {
+	if err := s.persistence(ctx, &r, r.Provider); err != nil {
 		return c, err
 	}
 	if err := s.browserOptions(r); err != nil {
@@ -322,7 +322,7 @@ func (s *Service) Connect(ctx context.Context, r ConnectRequest) (store.Connecti
 		BrowserRecording: r.BrowserRecording, BrowserProxyCountry: r.BrowserProxyCountry, DesktopUsers: users,
 		BrowserEvaluate: r.BrowserEvaluate,
 	}
-	if r.Persistence == api.PersistenceHome {
+	if api.KeepsHome(r.Persistence) {
 		c.IdleSleepSeconds, c.MaxCheckpoints = *r.IdleSleepSeconds, *r.MaxCheckpoints
 	}
 	if err := s.st.CreateConnection(ctx, c); err != nil {
@@ -437,11 +437,16 @@ func (s *Service) Status(ctx context.Context, agent string) (StatusView, error) 
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return out, err
 	}
-	if c.Persistence == api.PersistenceHome {
+	if api.KeepsHome(c.Persistence) {
 		a, err := s.st.GetArchive(ctx, agent, store.SleepArchive)
 		switch {
 		case err == nil:
 			v := archiveView(a)
+			if _, ok, err := s.suspendedOf(ctx, c); err != nil {
+				return out, err
+			} else if ok {
+				v.Suspended = true
+			}
 			out.Archive = &v
 			if out.Session == nil {
 				out.State = api.StateSleeping
@@ -458,7 +463,8 @@ func (s *Service) Status(ctx context.Context, agent string) (StatusView, error) 
 // credentials. If the session's machine cannot be removed, the connection
 // stays, so its credentials remain for the cleanup that is still owed.
 func (s *Service) Disconnect(ctx context.Context, agent string) error {
-	if _, err := s.connection(ctx, agent); err != nil {
+	c, err := s.connection(ctx, agent)
+	if err != nil {
 		return err
 	}
 	x, err := s.st.LiveSession(ctx, agent)
@@ -489,6 +495,9 @@ func (s *Service) Disconnect(ctx context.Context, agent string) error {
 		if p.AgentID == agent {
 			return errorf(http.StatusConflict, CodeConflict, "session %s is still being cleaned up (%s); the connection and its credentials stay until it is done", p.ID, p.LastError)
 		}
+	}
+	if err := s.dropSuspendedOf(ctx, c); err != nil {
+		return err
 	}
 	if err := s.deleteArchives(ctx, agent); err != nil {
 		return fmt.Errorf("delete the archives of %s: %w", agent, err)

@@ -96,7 +96,10 @@ stop, expiry and --idle-sleep seconds without tool calls put it to sleep,
 archiving the home in the supervisor's object store, and the next start
 wakes it with the home restored. Processes and files outside the home do
 not survive a sleep. Checkpoints (berth computer checkpoint) save the home
-under a name; --max-checkpoints bounds how many are kept.
+under a name; --max-checkpoints bounds how many are kept. With --persistence
+memory a sleep also suspends the machine, its memory and processes kept on
+the provider's disk, and the next start resumes it where it was (the
+docker provider with computers under gVisor and the engine's checkpoints).
 
 --desktop-users sets how many callers may hold a desktop computer's desktop
 tools at once. --browser-evaluate allows the browser tool evaluate, which
@@ -136,10 +139,10 @@ start does.`,
 	f.IntVar(&req.DailySeconds, "daily", 0, "daily time budget in seconds, lease..86400 (default 3600)")
 	f.StringVar(&req.Image, "image", "", "headless or desktop (default headless)")
 	f.StringArrayVar(&creds, "credential", nil, "a provider credential as key=value or key=@FILE (repeatable)")
-	f.StringVar(&req.Persistence, "persistence", "", "none (every session starts empty) or home (the home folder is kept across sessions) (default none)")
-	f.IntVar(&req.IdleSleepSeconds, "idle-sleep", 0, fmt.Sprintf("with --persistence home: seconds without tool calls before the computer sleeps, %d..%d (default %d)",
+	f.StringVar(&req.Persistence, "persistence", "", "none (every session starts empty), home (the home folder is kept across sessions) or memory (its processes too, suspended while asleep: docker provider under gVisor) (default none)")
+	f.IntVar(&req.IdleSleepSeconds, "idle-sleep", 0, fmt.Sprintf("with --persistence home or memory: seconds without tool calls before the computer sleeps, %d..%d (default %d)",
 		api.MinIdleSleepSeconds, api.MaxIdleSleepSeconds, api.DefaultIdleSleepSeconds))
-	f.IntVar(&req.MaxCheckpoints, "max-checkpoints", 0, fmt.Sprintf("with --persistence home: how many checkpoints the agent may keep, 1..%d (default %d)",
+	f.IntVar(&req.MaxCheckpoints, "max-checkpoints", 0, fmt.Sprintf("with --persistence home or memory: how many checkpoints the agent may keep, 1..%d (default %d)",
 		api.MaxMaxCheckpoints, api.DefaultMaxCheckpoints))
 	f.IntVar(&req.DesktopUsers, "desktop-users", 0, fmt.Sprintf("with --image desktop: how many callers may hold the desktop tools at once, 1..%d (default %d)",
 		api.MaxDesktopUsers, api.DefaultDesktopUsers))
@@ -147,7 +150,7 @@ start does.`,
 	f.BoolVar(&req.BrowserRecording, "browser-recording", false, "hosted browsers: have the provider record each session")
 	f.StringVar(&req.BrowserProxyCountry, "browser-proxy-country", "", "hosted browsers: route through the provider's proxy in this country (us, de, ...)")
 	cmd.RegisterFlagCompletionFunc("image", cobra.FixedCompletions([]string{"headless", "desktop"}, cobra.ShellCompDirectiveNoFileComp))
-	cmd.RegisterFlagCompletionFunc("persistence", cobra.FixedCompletions([]string{api.PersistenceNone, api.PersistenceHome}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("persistence", cobra.FixedCompletions([]string{api.PersistenceNone, api.PersistenceHome, api.PersistenceMemory}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
@@ -155,13 +158,13 @@ start does.`,
 // checks their ranges.
 func checkPersistence(cmd *cobra.Command, req *api.ConnectRequest) error {
 	switch req.Persistence {
-	case "", api.PersistenceNone, api.PersistenceHome:
+	case "", api.PersistenceNone, api.PersistenceHome, api.PersistenceMemory:
 	default:
-		return usagef("--persistence %q: want %s or %s", req.Persistence, api.PersistenceNone, api.PersistenceHome)
+		return usagef("--persistence %q: want %s, %s or %s", req.Persistence, api.PersistenceNone, api.PersistenceHome, api.PersistenceMemory)
 	}
 	f := cmd.Flags()
-	if req.Persistence != api.PersistenceHome && (f.Changed("idle-sleep") || f.Changed("max-checkpoints")) {
-		return usagef("--idle-sleep and --max-checkpoints need --persistence home")
+	if !api.KeepsHome(req.Persistence) && (f.Changed("idle-sleep") || f.Changed("max-checkpoints")) {
+		return usagef("--idle-sleep and --max-checkpoints need --persistence home or memory")
 	}
 	// The client sends zero as "the default": a connection without
 	// checkpoints ("maxCheckpoints": 0) is made through the REST API.
@@ -180,8 +183,12 @@ func checkPersistence(cmd *cobra.Command, req *api.ConnectRequest) error {
 // persistenceText describes what a persistent connection keeps, or nothing.
 func persistenceText(conn *api.Connection) string {
 	var s string
-	if conn.Persistence == api.PersistenceHome {
+	switch conn.Persistence {
+	case api.PersistenceHome:
 		s = fmt.Sprintf("; keeps its home folder, sleeps after %s without tool calls, up to %d checkpoints",
+			seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
+	case api.PersistenceMemory:
+		s = fmt.Sprintf("; keeps its home folder and its processes, sleeps (suspended) after %s without tool calls, up to %d checkpoints",
 			seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
 	}
 	if conn.Image == "desktop" && conn.DesktopUsers > 1 {
@@ -245,7 +252,8 @@ func newStartCmd() *cobra.Command {
 (connected with --persistence home) wakes with its home folder as its last
 session left it, or, with --checkpoint, as one of its checkpoints holds it;
 a start from a checkpoint is refused while the computer runs. Processes do
-not survive a sleep: start again what must run.`,
+not survive a sleep: start again what must run. A computer connected with
+--persistence memory is resumed with its processes where it can be.`,
 		Example: `  berth computer start --agent a1
   berth computer start --agent a1 --checkpoint before-upgrade`,
 		Args: cobra.NoArgs,
@@ -373,9 +381,9 @@ func newStatusCmd() *cobra.Command {
 					fmt.Fprintf(tw, "provider\t%s\n", conn.Provider)
 					fmt.Fprintf(tw, "image\t%s\n", conn.Image)
 					fmt.Fprintf(tw, "lease\t%s\n", seconds2d(conn.LeaseSeconds))
-					if conn.Persistence == api.PersistenceHome {
-						fmt.Fprintf(tw, "persistence\thome, sleeps after %s without tool calls, up to %d checkpoints\n",
-							seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
+					if api.KeepsHome(conn.Persistence) {
+						fmt.Fprintf(tw, "persistence\t%s, sleeps after %s without tool calls, up to %d checkpoints\n",
+							conn.Persistence, seconds2d(conn.IdleSleepSeconds), conn.MaxCheckpoints)
 					}
 					switch {
 					case st.Session != nil:

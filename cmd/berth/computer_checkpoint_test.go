@@ -25,9 +25,9 @@ func TestConnectPersistenceUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--persistence", "disk"}, `--persistence "disk": want none or home`},
-		{[]string{"--idle-sleep", "300"}, "--idle-sleep and --max-checkpoints need --persistence home"},
-		{[]string{"--persistence", "none", "--max-checkpoints", "3"}, "need --persistence home"},
+		{[]string{"--persistence", "disk"}, `--persistence "disk": want none, home or memory`},
+		{[]string{"--idle-sleep", "300"}, "--idle-sleep and --max-checkpoints need --persistence home or memory"},
+		{[]string{"--persistence", "none", "--max-checkpoints", "3"}, "need --persistence home or memory"},
 		{[]string{"--persistence", "home", "--max-checkpoints", "0"}, "--max-checkpoints 0: want 1..100"},
 		{[]string{"--persistence", "home", "--idle-sleep", "0"}, "--idle-sleep 0: want 60..3600 seconds"},
 	} {

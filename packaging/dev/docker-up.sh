@@ -35,9 +35,11 @@ fi
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 	systemctl start docker
 else
+	# --experimental turns on the engine's checkpoints, which computers
+	# under gVisor (runsc) need for persistence "memory" (docs/persistence.md).
 	log=${DOCKERD_LOG:-/var/log/dockerd.log}
-	echo "docker-up: starting dockerd (log: $log)" >&2
-	setsid dockerd >"$log" 2>&1 < /dev/null &
+	echo "docker-up: starting dockerd --experimental (log: $log)" >&2
+	setsid dockerd --experimental >"$log" 2>&1 < /dev/null &
 fi
 
 for _ in $(seq 1 60); do

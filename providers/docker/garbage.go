@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/internal/clock"
@@ -136,8 +137,14 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 	if err != nil {
 		return n, fmt.Errorf("list containers: %w", err)
 	}
+	kept, keptNets, err := c.suspended(ctx, cs.Items, now)
+	if err != nil {
+		// Better to keep everything this pass than to remove a suspended
+		// computer's network or home.
+		return n, err
+	}
 	for _, ct := range cs.Items {
-		if !expired(ct.Labels, now) {
+		if !expired(ct.Labels, now) || kept[computerOf(ct.Names)] {
 			continue
 		}
 		_, err := cli.ContainerRemove(ctx, ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
@@ -164,7 +171,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		return n, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
 	}
 	for _, nw := range ns.Items {
-		if !expired(nw.Labels, now) {
+		if !expired(nw.Labels, now) || keptNets[nw.Name] || kept[nw.Labels[providers.LabelComputer]] {
 			continue
 		}
 		if err := c.d.removeNetwork(ctx, nw.ID, nw.Name); err != nil {
@@ -180,7 +187,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 	}
 	// Homes before the disk volumes that back them (see quota.go).
 	for _, v := range sortDisksLast(vs.Items) {
-		if !expired(v.Labels, now) {
+		if !expired(v.Labels, now) || kept[v.Labels[providers.LabelComputer]] {
 			continue
 		}
 		if err := c.d.removeVolume(ctx, v, true); err != nil {
@@ -195,4 +202,53 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		n.Volumes++
 	}
 	return n, errors.Join(errs...)
+}
+
+// suspended finds, among the expired containers of cs, the computers kept
+// past their expiry label because they have a checkpoint (see keptUntil):
+// their computer ids, and the names of the networks they need (their own,
+// or their network holder's).
+func (c *Collector) suspended(ctx context.Context, cs []container.Summary, now time.Time) (kept, nets map[string]bool, err error) {
+	kept, nets = map[string]bool{}, map[string]bool{}
+	for _, ct := range cs {
+		if !expired(ct.Labels, now) || ct.Labels[labelHolder] == "true" {
+			continue
+		}
+		id := computerOf(ct.Names)
+		if id == "" {
+			continue
+		}
+		until, ok, err := c.d.keptUntil(ctx, ct.ID)
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("read checkpoints of %s: %w", ct.ID[:12], err)
+		}
+		if !ok || !now.Before(until) {
+			continue
+		}
+		kept[id] = true
+		nets[NetworkPrefix+id] = true
+	}
+	for _, ct := range cs {
+		if ct.Labels[labelHolder] == "true" && kept[computerOf(ct.Names)] {
+			nets[ct.Labels[labelHolderNetwork]] = true
+		}
+	}
+	return kept, nets, nil
+}
+
+// computerOf is the computer id in a computer's or a network holder's
+// container name, or "".
+func computerOf(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	name := strings.TrimPrefix(names[0], "/")
+	if id, ok := strings.CutPrefix(name, HolderPrefix); ok {
+		return id
+	}
+	id, _ := strings.CutPrefix(name, ContainerPrefix)
+	if id == name {
+		return ""
+	}
+	return id
 }

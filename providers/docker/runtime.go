@@ -44,6 +44,9 @@ type RuntimeChoice struct {
 	// is the one it uses when a container names none.
 	Engine        []string
 	EngineDefault string
+	// Checkpoints reports whether the engine can checkpoint containers
+	// (dockerd --experimental), which suspending a computer needs.
+	Checkpoints bool
 }
 
 // String says which runtime and why, as the provider logs it at start and
@@ -132,7 +135,9 @@ func engineRuntime(ctx context.Context, cli *client.Client, setting string) (Run
 	if err != nil {
 		return RuntimeChoice{}, fmt.Errorf("choose the sandbox runtime: ask the engine for its runtimes: %w", err)
 	}
-	return ChooseRuntime(setting, slices.Collect(maps.Keys(info.Info.Runtimes)), info.Info.DefaultRuntime)
+	c, err := ChooseRuntime(setting, slices.Collect(maps.Keys(info.Info.Runtimes)), info.Info.DefaultRuntime)
+	c.Checkpoints = info.Info.ExperimentalBuild
+	return c, err
 }
 
 // hostRuntime is the runtime new containers name (empty for the engine's

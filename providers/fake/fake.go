@@ -43,6 +43,9 @@ type Faults struct {
 	FailDestroys int
 	// FailLists makes the next n lists fail with providers.ErrUnavailable.
 	FailLists int
+	// FailResumes makes the next n resumes fail with providers.ErrNotFound,
+	// as if the suspended machine had been removed.
+	FailResumes int
 }
 
 // Provider is the fake provider.
@@ -55,18 +58,25 @@ type Provider struct {
 	// desktop, when set, is the desktop machines serve (server.Config.Desktop).
 	desktop http.Handler
 
-	mu       sync.Mutex
-	faults   Faults
-	machines map[string]*machine
-	creates  int
-	destroys int
+	mu     sync.Mutex
+	faults Faults
+	// suspendable lets machines be suspended (providers.Suspender).
+	suspendable bool
+	machines    map[string]*machine
+	creates     int
+	destroys    int
+	suspends    int
+	resumes     int
 }
 
 type machine struct {
 	m    providers.Machine
+	h    http.Handler
 	srv  *http.Server
 	ln   net.Listener
 	home string
+	// suspended: srv is closed; Resume serves h again.
+	suspended bool
 }
 
 // New returns a fake provider whose machines keep their homes under dir.
@@ -176,16 +186,91 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if instant {
 		h = instantExec{next: h, tokenHash: spec.TokenHash}
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	srv := serve(h, ln)
 	m := providers.Machine{ID: id, Endpoint: "http://" + ln.Addr().String(), Labels: spec.Labels()}
 	p.mu.Lock()
-	p.machines[id] = &machine{m: m, srv: srv, ln: ln, home: home}
+	p.machines[id] = &machine{m: m, h: h, srv: srv, ln: ln, home: home}
 	p.mu.Unlock()
 	if lose {
 		return providers.Machine{}, errors.New("fake create: connection reset before the reply")
 	}
 	return m, nil
+}
+
+func serve(h http.Handler, ln net.Listener) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return srv
+}
+
+// SetSuspendable lets machines be suspended and resumed (persistence
+// "memory"); without it CanSuspend refuses.
+func (p *Provider) SetSuspendable(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.suspendable = on
+}
+
+// CanSuspend implements providers.Suspender.
+func (p *Provider) CanSuspend(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.suspendable {
+		return errors.New("the fake provider suspends machines only when its test turns it on")
+	}
+	return nil
+}
+
+// Suspend implements providers.Suspender: the machine's daemon stops
+// answering, and keeps what it holds in memory for Resume.
+func (p *Provider) Suspend(ctx context.Context, machineID string) error {
+	if err := p.CanSuspend(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	mc := p.machines[machineID]
+	if mc == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("fake suspend %s: %w", machineID, providers.ErrNotFound)
+	}
+	already := mc.suspended
+	mc.suspended = true
+	p.suspends++
+	p.mu.Unlock()
+	if !already {
+		mc.srv.Close()
+	}
+	return nil
+}
+
+// Resume implements providers.Suspender: the same daemon answers again,
+// at a new address.
+func (p *Provider) Resume(ctx context.Context, machineID string) (providers.Machine, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mc := p.machines[machineID]
+	if p.faults.FailResumes > 0 {
+		p.faults.FailResumes--
+		mc = nil
+	}
+	if mc == nil || !mc.suspended {
+		return providers.Machine{}, fmt.Errorf("fake resume %s: %w: not suspended", machineID, providers.ErrNotFound)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return providers.Machine{}, err
+	}
+	mc.ln, mc.srv, mc.suspended = ln, serve(mc.h, ln), false
+	mc.m.Endpoint = "http://" + ln.Addr().String()
+	p.resumes++
+	return mc.m, nil
+}
+
+// Suspended counts the suspends and resumes called.
+func (p *Provider) Suspended() (suspends, resumes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.suspends, p.resumes
 }
 
 // Destroy implements providers.Provider.

@@ -93,7 +93,7 @@ func (c *Console) row(o supervisor.AgentOverview) computerRow {
 		r.Connected = true
 		r.Conn = k.Provider + ", " + k.Image
 		r.ConnSub = "lease " + duration(k.LeaseSeconds) + ", budget " + duration(k.DailySeconds) + "/day"
-		r.Persistent = k.Persistence == api.PersistenceHome
+		r.Persistent = api.KeepsHome(k.Persistence)
 	}
 	if x := o.Session; x != nil {
 		r.Session, r.SessionID = true, x.ID
@@ -213,7 +213,7 @@ func (c *Console) connect(w http.ResponseWriter, q request) {
 		c.fail(w, q, err, again)
 		return
 	}
-	if req.Persistence = f.Get("persistence"); req.Persistence == api.PersistenceHome {
+	if req.Persistence = f.Get("persistence"); api.KeepsHome(req.Persistence) {
 		if req.IdleSleepSeconds, err = intField(f, "idleSleepSeconds"); err != nil {
 			c.fail(w, q, err, again)
 			return
@@ -285,7 +285,7 @@ func (c *Console) agentWith(w http.ResponseWriter, q request, status int, msg st
 	st, err := c.svc.Status(q.ctx(), agent)
 	if err == nil {
 		d.Status, d.HasConn = st, true
-		if st.Connection.Persistence == api.PersistenceHome {
+		if api.KeepsHome(st.Connection.Persistence) {
 			d.Persistent = true
 			if d.Checkpoints, err = c.svc.Checkpoints(q.ctx(), agent); err != nil && msg == "" {
 				e := supervisor.AsError(err)

@@ -54,7 +54,8 @@ const uncertainAdvice = "It may or may not have run, and it will not be re-run a
 var persistentNote = fmt.Sprintf("A persistent computer (one connected with persistence home) keeps the files of its home folder, and only those: "+
 	"computer_stop, the session's expiry and %d minutes without tool calls (unless configured otherwise) put it to sleep, archiving the home, "+
 	"and the next computer_start wakes it with the home restored. Processes do not survive a sleep and wake, nor do files outside the home (such as /tmp): "+
-	"start again what must run.", api.DefaultIdleSleepSeconds/60)
+	"start again what must run. A computer connected with persistence memory is suspended instead, and the next computer_start resumes it "+
+	"with its processes and /tmp as they were; when it cannot be resumed, it wakes from its home as above.", api.DefaultIdleSleepSeconds/60)
 
 // instructions is what the server tells the model about the tools as a
 // whole.
@@ -104,7 +105,8 @@ var (
 	stopDescription = "Stop the computer and discard its session; the unused time returns to the daily budget. " +
 		"Every process on it is gone. On a computer that is not persistent every file is gone too, and the next computer_start begins with an empty computer. " +
 		"On a persistent computer the files of the home folder are archived first and the next computer_start restores them; " +
-		"processes do not survive that sleep and wake, and files outside the home are gone."
+		"processes do not survive that sleep and wake, and files outside the home are gone, except on a computer connected with persistence memory, " +
+		"which is suspended and resumed with its processes."
 
 	checkpointDescription = fmt.Sprintf("Save the home folder of this persistent computer as a checkpoint called name; the computer keeps running. "+
 		"Only for a persistent computer (one connected with persistence home): on any other computer it is refused. "+

@@ -20,6 +20,12 @@ const (
 	// HomeLost: archiving at the end failed for good; the agent's earlier
 	// archive stays the one to wake from.
 	HomeLost = "lost"
+	// HomeSuspended: the home was archived at the session's end and the
+	// session's machine (Session.MachineID) was suspended, not removed
+	// (persistence "memory"); the next start resumes it. The session has
+	// ended; a later one that resumes the machine, or gives it up, moves
+	// this one to HomeArchived.
+	HomeSuspended = "suspended"
 )
 
 // SleepArchive is the Archive.Name of an agent's sleep archive: the home

@@ -178,6 +178,9 @@ type Store interface {
 	SessionsDue(ctx context.Context, now time.Time, limit int) ([]Session, error)
 	// SessionsByState lists sessions in any of the states.
 	SessionsByState(ctx context.Context, states ...string) ([]Session, error)
+	// SuspendedSessions lists the ended sessions that keep a suspended
+	// machine (Home HomeSuspended).
+	SuspendedSessions(ctx context.Context) ([]Session, error)
 
 	// Budget returns the agent's budget for the UTC day of now.
 	Budget(ctx context.Context, agentID string, now time.Time) (Budget, error)

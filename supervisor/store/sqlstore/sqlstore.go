@@ -488,6 +488,11 @@ func (s *Store) SessionsByState(ctx context.Context, states ...string) ([]store.
 	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions WHERE state IN (`+ph+`) ORDER BY created_at`, args...)
 }
 
+// SuspendedSessions implements store.Store.
+func (s *Store) SuspendedSessions(ctx context.Context) ([]store.Session, error) {
+	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions WHERE home = ? ORDER BY created_at`, store.HomeSuspended)
+}
+
 // Budget implements store.Store.
 func (s *Store) Budget(ctx context.Context, agentID string, now time.Time) (store.Budget, error) {
 	c, err := s.GetConnection(ctx, agentID)

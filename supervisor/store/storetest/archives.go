@@ -219,3 +219,39 @@ func testIdleSleepDue(t *testing.T, s store.Store) {
 	}
 	checkStored(t, s, x)
 }
+
+// testSuspendedSessions: the sessions listed as keeping a suspended
+// machine are exactly those whose home is suspended, with their machine.
+func testSuspendedSessions(t *testing.T, s store.Store) {
+	ctx := testContext(t)
+	connect(t, s, "sleeper", "ws", "docker", 300, 3600)
+	suspended := func(want ...string) {
+		t.Helper()
+		xs, err := s.SuspendedSessions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(xs); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("suspended sessions = %v, want %v", got, want)
+		}
+		for _, x := range xs {
+			if x.MachineID == "" || x.Home != store.HomeSuspended {
+				t.Errorf("suspended session %s: machine %q, home %q", x.ID, x.MachineID, x.Home)
+			}
+		}
+	}
+	x := reserve(t, s, "sleeper", "s1", t0)
+	x.MachineID, x.Home = "m1", store.HomeLive
+	move(t, s, &x, store.StateRunning)
+	suspended()
+	end(t, s, &x, 60, at(time.Minute))
+	x.Home = store.HomeSuspended
+	move(t, s, &x, store.StateStopped)
+	suspended("s1")
+	y := reserve(t, s, "sleeper", "s2", at(2*time.Minute))
+	y.MachineID, y.Home = "m1", store.HomeLive
+	move(t, s, &y, store.StateRunning)
+	x.Home = store.HomeArchived
+	move(t, s, &x, store.StateStopped)
+	suspended()
+}

@@ -57,7 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PurgeSeats", testPurgeSeats}, {"ConcurrentSeats", testConcurrentSeats},
 		{"PersistentConnection", testPersistentConnection}, {"Archives", testArchives},
 		{"CheckpointLimit", testCheckpointLimit}, {"ConcurrentCheckpoints", testConcurrentCheckpoints},
-		{"IdleSleepDue", testIdleSleepDue},
+		{"IdleSleepDue", testIdleSleepDue}, {"SuspendedSessions", testSuspendedSessions},
 		{"BrowserOptions", testBrowserOptions}, {"DesktopSeats", testDesktopSeats}, {"ConsoleSessions", testConsoleSessions},
 		{"LenderLinks", testLenderLinks},
 	}
