@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthdev/berth/api"
 	"github.com/berthdev/berth/providers/fake"
@@ -139,5 +140,29 @@ func TestMemoryPersistenceRefused(t *testing.T) {
 	st, _ := e.call("POST", "/v1/computers", map[string]any{"agent": "m", "provider": "fake", "persistence": "memory"}, &out)
 	if st != 400 || !strings.Contains(out.Error.Message, "not available on the fake provider") || !strings.Contains(out.Error.Message, `"home" keeps`) {
 		t.Fatalf("connect with memory on a provider that cannot suspend: %d %+v", st, out.Error)
+	}
+}
+
+// TestMemoryIdleSleep: a computer with persistence "memory" left without
+// tool calls for its idleSleepSeconds is suspended at the reaper's next
+// pass, its unused time comes back, and the next start resumes it.
+func TestMemoryIdleSleep(t *testing.T) {
+	e := newHomeEnv(t)
+	e.fake.SetSuspendable(true)
+	e.connectHome("nap", map[string]any{"persistence": "memory", "idleSleepSeconds": 120})
+	e.mustCall("POST", "/v1/agents/nap/computer/start", nil, 200, nil)
+	machine := onlyMachine(t, e)
+	e.clock.Advance(121 * time.Second)
+	e.svc.Reap(context.Background())
+	s := e.status("nap")
+	if s.State != api.StateSleeping || s.Archive == nil || !s.Archive.Suspended {
+		t.Fatalf("status after 121 s without a call = %+v (archive %+v), want sleeping, suspended", s, s.Archive)
+	}
+	if s.Budget.UsedSeconds != 121 || s.Budget.ReservedSeconds != 0 {
+		t.Fatalf("budget after the idle sleep = %+v, want 121 s used and nothing reserved", s.Budget)
+	}
+	e.mustCall("POST", "/v1/agents/nap/computer/start", nil, 200, nil)
+	if c, d := e.fake.Counts(); c != 1 || d != 0 || onlyMachine(t, e) != machine {
+		t.Fatalf("after the wake: creates %d, destroys %d; want the one machine resumed", c, d)
 	}
 }
