@@ -69,26 +69,33 @@ func TestDesktopViewURLAndTURN(t *testing.T) {
 		t.Errorf("TURN ports opened: %v, want only the forwarder's %d", got, f.Port())
 	}
 
-	viewURL := func(id string) string {
-		for _, s := range r.l.Sessions(ctx) {
-			if s.ID == id {
-				return s.ViewURL
+	// viewURLs lists the sessions once (each listing asks the engine for
+	// every computer's stats) and returns the view URLs of ids.
+	viewURLs := func(ids ...string) []string {
+		t.Helper()
+		sessions := r.l.Sessions(ctx)
+		urls := make([]string, len(ids))
+		for i, id := range ids {
+			j := slices.IndexFunc(sessions, func(s control.Session) bool { return s.ID == id })
+			if j < 0 {
+				t.Fatalf("no session %s", id)
 			}
+			urls[i] = sessions[j].ViewURL
 		}
-		t.Fatalf("no session %s", id)
-		return ""
+		return urls
 	}
-	if u := viewURL(desk.ComputerID); u != "" {
+	if u := viewURLs(desk.ComputerID)[0]; u != "" {
 		t.Errorf("viewUrl before the supervisor's first call: %q, want none", u)
 	}
 	srv := httptest.NewServer(r.l.Handler())
 	defer srv.Close()
 	testkit.EventuallyContext(t, ctx, "computerd to answer", healthy(ctx, computerd.NewClient(srv.URL+lending.EndpointPath(desk.ComputerID), tok)))
 	want := "https://berth.example.com/view/" + desk.SessionID + "/owner?key=" + lending.OwnerViewKey(tok, desk.SessionID)
-	if u := viewURL(desk.ComputerID); u != want {
+	urls := viewURLs(desk.ComputerID, head.ComputerID)
+	if u := urls[0]; u != want {
 		t.Errorf("viewUrl %q, want %q", u, want)
 	}
-	if u := viewURL(head.ComputerID); u != "" {
+	if u := urls[1]; u != "" {
 		t.Errorf("a headless session's viewUrl: %q, want none", u)
 	}
 

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/token"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -102,6 +103,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Ready, when set, is called once the connection file is written.
 	Ready func(Info)
+	// Clock times the lifetime; nil is the system clock.
+	Clock clock.Clock
 }
 
 // Info describes a running computer.
@@ -267,7 +270,11 @@ func Run(ctx context.Context, opts Options) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("write connection file %s: %w", opts.ConnectionFile, err)
 	}
-	end := time.Now().Add(opts.Lifetime)
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	end := clk.Now().Add(opts.Lifetime)
 	fmt.Fprintf(out, "wrote the connection file %s (url and token, readable only by you)\n", opts.ConnectionFile)
 	fmt.Fprintf(out, "the token grants command access to the computer: give it only to the supervisor you connect\n")
 	fmt.Fprintf(out, "the computer ends at %s (lifetime %v), or on Ctrl-C\n", end.Format(time.TimeOnly), opts.Lifetime)
@@ -276,8 +283,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Ready(info)
 	}
 
-	timer := time.NewTimer(opts.Lifetime)
-	defer timer.Stop()
+	lifetimeOver := clk.After(opts.Lifetime)
 	// The file goes first, so that nobody picks up a computer that is
 	// about to end.
 	defer removeFile()
@@ -285,7 +291,7 @@ func Run(ctx context.Context, opts Options) error {
 	case <-ctx.Done():
 		fmt.Fprintln(out, "stopping")
 		return nil
-	case <-timer.C:
+	case <-lifetimeOver:
 		fmt.Fprintln(out, "lifetime over")
 		return nil
 	case err := <-served:

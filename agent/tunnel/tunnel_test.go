@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/computerd"
+	"github.com/berthdev/berth/internal/clock"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/docker"
@@ -316,7 +317,9 @@ func TestLifetimeEnds(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "connection.json")
 	noCloudflared := func(string) (string, error) { return "", exec.ErrNotFound }
 
-	r := start(t, ctx, Options{Lifetime: 8 * time.Second, ConnectionFile: path, LookPath: noCloudflared})
+	clk := clock.NewFake(time.Now())
+	const lifetime = 8 * time.Second
+	r := start(t, ctx, Options{Lifetime: lifetime, ConnectionFile: path, LookPath: noCloudflared, Clock: clk})
 	info := r.ready(t, ctx)
 	if info.Tunnel != "none" || info.URL != info.LocalURL || !strings.HasPrefix(info.URL, "http://127.0.0.1:") {
 		t.Errorf("URL = %q (%s), want the loopback URL %q (none)", info.URL, info.Tunnel, info.LocalURL)
@@ -327,8 +330,16 @@ func TestLifetimeEnds(t *testing.T) {
 	defer base.CloseIdleConnections()
 	checkProvider(t, ctx, ptunnel.New(ptunnel.Options{Transport: base}), info.URL, info.Token)
 
+	endLifetime(t, ctx, clk, lifetime)
 	r.wait(t, ctx)
 	requireGone(t, ctx, cli, path, info.MachineID)
+}
+
+// endLifetime moves clk past a run's lifetime once the run is timing it.
+func endLifetime(t *testing.T, ctx context.Context, clk *clock.Fake, lifetime time.Duration) {
+	t.Helper()
+	testkit.EventuallyContext(t, ctx, "the run to time its lifetime", func() bool { return clk.Waiters() == 1 })
+	clk.Advance(lifetime)
 }
 
 // TestNamedURL uses --url's URL and starts no quick tunnel.
@@ -430,8 +441,11 @@ func TestGuardFailsClosed(t *testing.T) {
 		t.Errorf("connection file written (stat: %v)", err)
 	}
 
-	r := start(t, ctx, Options{Lifetime: 8 * time.Second, ConnectionFile: path, LookPath: noCloudflared, GuardHost: failing, Unguarded: true})
+	clk := clock.NewFake(time.Now())
+	const lifetime = 8 * time.Second
+	r := start(t, ctx, Options{Lifetime: lifetime, ConnectionFile: path, LookPath: noCloudflared, GuardHost: failing, Unguarded: true, Clock: clk})
 	info := r.ready(t, ctx)
+	endLifetime(t, ctx, clk, lifetime)
 	r.wait(t, ctx)
 	requireGone(t, ctx, cli, path, info.MachineID)
 }

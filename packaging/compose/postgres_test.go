@@ -44,7 +44,9 @@ func TestPostgresImage(t *testing.T) {
 		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
 		"--volume", dir+"/pw:/run/secrets/pw:ro",
 		"--env", "POSTGRES_USER=owner", "--env", "POSTGRES_DB=things",
-		"--env", "POSTGRES_PASSWORD_FILE=/run/secrets/pw", postgresImage)
+		"--env", "POSTGRES_PASSWORD_FILE=/run/secrets/pw",
+		// The image's health check, run every 500 ms instead of every 5 s.
+		"--health-interval", "500ms", postgresImage)
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := exec.Command("docker", "logs", name).CombinedOutput()

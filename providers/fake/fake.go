@@ -39,6 +39,9 @@ type Faults struct {
 	CreateErr   error
 	// CreateDelay delays every create.
 	CreateDelay time.Duration
+	// CreateGate, when set, holds every create (after CreateDelay) until
+	// it is closed, so that a test decides when a create goes on.
+	CreateGate <-chan struct{}
 	// FailDestroys makes the next n destroys fail.
 	FailDestroys int
 	// FailLists makes the next n lists fail with providers.ErrUnavailable.
@@ -146,7 +149,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	p.mu.Lock()
 	p.creates++
 	f := &p.faults
-	delay := f.CreateDelay
+	delay, gate := f.CreateDelay, f.CreateGate
 	var failErr error
 	if f.FailCreates > 0 {
 		f.FailCreates--
@@ -166,6 +169,13 @@ func (p *Provider) Create(ctx context.Context, spec providers.Spec) (providers.M
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
+		case <-ctx.Done():
+			return providers.Machine{}, ctx.Err()
+		}
+	}
+	if gate != nil {
+		select {
+		case <-gate:
 		case <-ctx.Done():
 			return providers.Machine{}, ctx.Err()
 		}

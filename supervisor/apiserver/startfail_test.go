@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
 	"github.com/berthdev/berth/supervisor/apiserver"
 	"github.com/berthdev/berth/supervisor/store"
+	"github.com/berthdev/berth/supervisor/store/sqlstore"
+	"github.com/berthdev/berth/supervisor/supervisortest"
 )
 
 // answer is one raw answer of the API.
@@ -82,14 +86,18 @@ func (e *env) awaitStarting(ctx context.Context, agent string) {
 }
 
 // startsDuring sends one start, waits until its create is under way, then
-// sends n-1 more that find the session starting; it returns every answer,
-// the first one's first.
-func (e *env) startsDuring(ctx context.Context, agent string, n int) []answer {
+// sends n-1 more that find the session starting; once all of them have
+// joined the first, it lets the create held at gate go on. It returns
+// every answer, the first one's first.
+func (e *env) startsDuring(ctx context.Context, agent string, n int, joins *supervisortest.Joins, gate chan struct{}) []answer {
 	e.t.Helper()
 	path := "/v1/agents/" + agent + "/computer/start"
 	out := make([]answer, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -103,11 +111,25 @@ func (e *env) startsDuring(ctx context.Context, agent string, n int) []answer {
 			out[i], errs[i] = e.post(ctx, path, "")
 		}()
 	}
+	testkit.EventuallyContext(e.t, ctx, fmt.Sprintf("%d starts to join the first", n-1), func() bool { return joins.Count() >= n-1 })
+	release()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		e.t.Fatal(err)
 	}
 	return out
+}
+
+// newJoinsEnv is newEnv on a store that counts the requests that joined
+// another's work.
+func newJoinsEnv(t *testing.T) (*env, *supervisortest.Joins) {
+	t.Helper()
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	joins := supervisortest.CountJoins(st)
+	return newEnvWith(t, joins), joins
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -135,11 +157,12 @@ func TestFailedCreateFailsEveryWaitingStart(t *testing.T) {
 		{"lost reply", errors.New("reset by peer"), 502, supervisor.CodeUncertain, 409},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
+			e, joins := newJoinsEnv(t)
 			e.connect("a1", 300, 3600)
-			e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: tt.err, CreateDelay: 3 * time.Second})
+			gate := make(chan struct{})
+			e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: tt.err, CreateGate: gate})
 			const n = 6
-			for i, a := range e.startsDuring(testCtx(t), "a1", n) {
+			for i, a := range e.startsDuring(testCtx(t), "a1", n, joins, gate) {
 				want := tt.status
 				if i > 0 && tt.waitStat != 0 {
 					want = tt.waitStat
@@ -174,14 +197,18 @@ func TestFailedCreateFailsEveryWaitingStart(t *testing.T) {
 // the same failure, also while the first is still creating; a start with a
 // new key tries again.
 func TestFailedCreateReplaysWithItsKey(t *testing.T) {
-	e := newEnv(t)
+	e, joins := newJoinsEnv(t)
 	e.connect("a1", 300, 3600)
-	e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrCapacity, CreateDelay: 3 * time.Second})
 	ctx := testCtx(t)
 	const path = "/v1/agents/a1/computer/start"
 	answers := make([]answer, 4)
 	errs := make([]error, len(answers))
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release() // before the wait above, should the test end early
+	e.fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrCapacity, CreateGate: gate})
 	for i := range answers {
 		wg.Add(1)
 		go func() {
@@ -192,6 +219,9 @@ func TestFailedCreateReplaysWithItsKey(t *testing.T) {
 			e.awaitStarting(ctx, "a1")
 		}
 	}
+	// The retries with k1 wait on the first start's record.
+	testkit.EventuallyContext(t, ctx, "the retries to find the first start's record", func() bool { return joins.Count() >= len(answers)-1 })
+	release()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)

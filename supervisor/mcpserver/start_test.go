@@ -8,6 +8,7 @@ import (
 	"github.com/berthdev/berth/supervisor/supervisortest"
 
 	"github.com/berthdev/berth/api"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor"
@@ -27,7 +28,12 @@ func realSupervisor(t *testing.T, conn supervisor.ConnectRequest) *supervisortes
 // that waited on another start whose create failed, is an error result
 // with the supervisor's code, never a stopped session.
 func TestStartFailedCreateIsToolError(t *testing.T) {
-	sup := realSupervisor(t, supervisor.ConnectRequest{})
+	var joins *supervisortest.Joins
+	sup := supervisortest.Start(t, supervisortest.Options{Token: testToken, Logger: testLogger(t), Configure: func(c *supervisor.Config) {
+		joins = supervisortest.CountJoins(c.Store)
+		c.Store = joins
+	}})
+	sup.Agent(t, testAgent, "", &supervisor.ConnectRequest{})
 	ctx := testContext(t)
 	c, err := api.New(sup.URL, testToken, api.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
@@ -43,8 +49,10 @@ func TestStartFailedCreateIsToolError(t *testing.T) {
 		t.Errorf("start = %v %q, want an error %q", res.IsError, text(res), want)
 	}
 
-	// This computer_start waits on a REST start whose create fails.
-	sup.Fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrBadImage, CreateDelay: 3 * time.Second})
+	// This computer_start waits on a REST start whose create fails: the
+	// create goes on once the computer_start has found the session live.
+	gate := make(chan struct{})
+	sup.Fake.SetFaults(fake.Faults{FailCreates: 1, CreateErr: providers.ErrBadImage, CreateGate: gate})
 	first := make(chan error, 1)
 	go func() {
 		_, err := c.Start(ctx, testAgent)
@@ -60,7 +68,21 @@ func TestStartFailedCreateIsToolError(t *testing.T) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	joined := joins.Count()
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		defer close(gate)
+		for joins.Count() <= joined {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(testkit.Interval):
+			}
+		}
+	}()
 	res = callTool(t, cs, ToolStart, nil)
+	<-released
 	if !res.IsError || !strings.Contains(text(res), "(code provider_error, HTTP 502)") || !strings.Contains(text(res), "computer image missing") {
 		t.Errorf("start that waited = %v %q, want the failed create's error", res.IsError, text(res))
 	}
