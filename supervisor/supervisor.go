@@ -442,10 +442,10 @@ func (s *Service) Status(ctx context.Context, agent string) (StatusView, error) 
 		switch {
 		case err == nil:
 			v := archiveView(a)
-			if _, ok, err := s.suspendedOf(ctx, c); err != nil {
-				return out, err
-			} else if ok {
-				v.Suspended = true
+			if c.Persistence == api.PersistenceMemory {
+				if _, v.Suspended, err = s.keeper(ctx, a); err != nil {
+					return out, err
+				}
 			}
 			out.Archive = &v
 			if out.Session == nil {

@@ -98,7 +98,13 @@ func (s *Service) suspendedOf(ctx context.Context, c store.Connection) (store.Se
 	if err != nil {
 		return store.Session{}, false, err
 	}
-	prev, err := s.st.GetSession(ctx, a.SessionID)
+	return s.keeper(ctx, a)
+}
+
+// keeper returns the session that made sleep archive a when it keeps its
+// machine suspended; ok is false otherwise.
+func (s *Service) keeper(ctx context.Context, a store.Archive) (prev store.Session, ok bool, err error) {
+	prev, err = s.st.GetSession(ctx, a.SessionID)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Session{}, false, nil
 	}
@@ -125,12 +131,9 @@ func (s *Service) resume(ctx context.Context, x *store.Session, prev store.Sessi
 	if err == nil {
 		err = s.adopt(ctx, x, m)
 		if err == nil {
-			y := prev
-			y.Home = store.HomeArchived
-			if uerr := s.st.UpdateSession(context.WithoutCancel(ctx), y, prev.State); uerr != nil {
+			if uerr := s.handOver(context.WithoutCancel(ctx), prev); uerr != nil {
 				log.Warn("hand the resumed machine over", "from", prev.ID, "err", uerr)
 			}
-			s.pool.forget(context.WithoutCancel(ctx), prev)
 			log.Info("resumed", "from", prev.ID)
 			return nil
 		}
