@@ -75,7 +75,7 @@ func (s *Store) PutArchive(ctx context.Context, a store.Archive, maxCheckpoints 
 
 // GetArchive implements store.Archives.
 func (s *Store) GetArchive(ctx context.Context, agentID, name string) (store.Archive, error) {
-	a, err := scanArchive(s.db.QueryRowContext(ctx, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? AND name = ?`), agentID, name))
+	a, err := scanArchive(s.rd.QueryRowContext(ctx, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? AND name = ?`), agentID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, fmt.Errorf("archive %q of agent %s: %w", name, agentID, store.ErrNotFound)
 	}
@@ -84,7 +84,7 @@ func (s *Store) GetArchive(ctx context.Context, agentID, name string) (store.Arc
 
 // ArchivesOf implements store.Archives.
 func (s *Store) ArchivesOf(ctx context.Context, agentID string) ([]store.Archive, error) {
-	return queryAll(ctx, s.db, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? ORDER BY created_at, name`), []any{agentID}, scanArchive)
+	return queryAll(ctx, s.rd, s.q(`SELECT `+archiveCols+` FROM archives WHERE agent_id = ? ORDER BY created_at, name`), []any{agentID}, scanArchive)
 }
 
 // DeleteArchive implements store.Archives.
@@ -107,7 +107,7 @@ func (s *Store) DeleteArchive(ctx context.Context, agentID, name string) (store.
 
 // ArchiveKeys implements store.Archives.
 func (s *Store) ArchiveKeys(ctx context.Context) ([]string, error) {
-	return queryAll(ctx, s.db, `SELECT object_key FROM archives ORDER BY object_key`, nil, func(row rowScanner) (string, error) {
+	return queryAll(ctx, s.rd, `SELECT object_key FROM archives ORDER BY object_key`, nil, func(row rowScanner) (string, error) {
 		var k string
 		err := row.Scan(&k)
 		return k, err
@@ -116,7 +116,7 @@ func (s *Store) ArchiveKeys(ctx context.Context) ([]string, error) {
 
 // Stored implements store.Archives.
 func (s *Store) Stored(ctx context.Context) ([]store.StoredRow, error) {
-	return queryAll(ctx, s.db, `SELECT agent_id, MAX(workspace), CAST(SUM(bytes) AS BIGINT), COUNT(*)
+	return queryAll(ctx, s.rd, `SELECT agent_id, MAX(workspace), CAST(SUM(bytes) AS BIGINT), COUNT(*)
 		FROM archives GROUP BY agent_id ORDER BY agent_id`, nil, func(row rowScanner) (store.StoredRow, error) {
 		var r store.StoredRow
 		err := row.Scan(&r.AgentID, &r.Workspace, &r.Bytes, &r.Archives)

@@ -54,7 +54,7 @@ func (s *Store) FinishCall(ctx context.Context, key, owner string, status int, r
 
 // GetCall implements store.Calls.
 func (s *Store) GetCall(ctx context.Context, key string) (store.Call, error) {
-	c, err := scanCall(s.db.QueryRowContext(ctx, s.q(`SELECT `+callCols+` FROM calls WHERE key = ?`), key))
+	c, err := scanCall(s.rd.QueryRowContext(ctx, s.q(`SELECT `+callCols+` FROM calls WHERE key = ?`), key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("call %s: %w", key, store.ErrNotFound)
 	}
@@ -63,7 +63,7 @@ func (s *Store) GetCall(ctx context.Context, key string) (store.Call, error) {
 
 // AgentCalls implements store.Calls.
 func (s *Store) AgentCalls(ctx context.Context, agentID string, from, to time.Time, limit int) ([]store.Call, error) {
-	return queryAll(ctx, s.db, s.q(`SELECT `+callCols+` FROM calls WHERE agent_id = ? AND created_at >= ? AND created_at < ? ORDER BY created_at, key LIMIT ?`),
+	return queryAll(ctx, s.rd, s.q(`SELECT `+callCols+` FROM calls WHERE agent_id = ? AND created_at >= ? AND created_at < ? ORDER BY created_at, key LIMIT ?`),
 		[]any{agentID, ms(from), ms(to), limit}, scanCall)
 }
 
@@ -86,7 +86,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, now time.Time) error {
 // InstanceAlive implements store.Calls.
 func (s *Store) InstanceAlive(ctx context.Context, id string, cutoff time.Time) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM instances WHERE id = ? AND heartbeat_at >= ?`), id, ms(cutoff)).Scan(&n)
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM instances WHERE id = ? AND heartbeat_at >= ?`), id, ms(cutoff)).Scan(&n)
 	return n > 0, err
 }
 
@@ -120,6 +120,6 @@ func (s *Store) Meta(ctx context.Context, key, def string) (string, error) {
 		return "", fmt.Errorf("meta %s: %w", key, err)
 	}
 	var v string
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT value FROM meta WHERE key = ?`), key).Scan(&v)
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT value FROM meta WHERE key = ?`), key).Scan(&v)
 	return v, err
 }

@@ -29,7 +29,7 @@ func (s *Store) AddConsoleSession(ctx context.Context, x store.ConsoleSession) e
 func (s *Store) GetConsoleSession(ctx context.Context, idHash string) (store.ConsoleSession, error) {
 	var x store.ConsoleSession
 	var created, used int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT `+consoleCols+` FROM console_sessions WHERE id_hash = ?`), idHash).
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT `+consoleCols+` FROM console_sessions WHERE id_hash = ?`), idHash).
 		Scan(&x.IDHash, &x.CSRF, &x.Actor, &x.OperatorMark, &created, &used, &x.Flash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return x, fmt.Errorf("console session: %w", store.ErrNotFound)

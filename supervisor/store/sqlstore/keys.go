@@ -35,7 +35,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.Key) error {
 
 // GetKey implements store.Keys.
 func (s *Store) GetKey(ctx context.Context, id string) (store.Key, error) {
-	k, err := scanKey(s.db.QueryRowContext(ctx, s.q(`SELECT `+keyCols+` FROM api_keys WHERE id = ?`), id))
+	k, err := scanKey(s.rd.QueryRowContext(ctx, s.q(`SELECT `+keyCols+` FROM api_keys WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return k, fmt.Errorf("key %s: %w", id, store.ErrNotFound)
 	}
@@ -51,7 +51,7 @@ func (s *Store) ListKeys(ctx context.Context, workspace string) ([]store.Key, er
 	if workspace != "" {
 		q, args = `SELECT `+keyCols+` FROM api_keys WHERE workspace = ? ORDER BY created_at, id`, []any{workspace}
 	}
-	out, err := queryAll(ctx, s.db, s.q(q), args, scanKey)
+	out, err := queryAll(ctx, s.rd, s.q(q), args, scanKey)
 	if err != nil {
 		return nil, fmt.Errorf("list keys: %w", err)
 	}
@@ -98,7 +98,7 @@ func (s *Store) Audit(ctx context.Context, workspace string, before time.Time, l
 	if workspace != "" {
 		q, args = `SELECT id, at, actor, workspace, action, target, detail FROM audit_log WHERE workspace = ? AND at < ? ORDER BY at DESC, id DESC LIMIT ?`, []any{workspace, b, limit}
 	}
-	out, err := queryAll(ctx, s.db, s.q(q), args, func(row rowScanner) (store.AuditEntry, error) {
+	out, err := queryAll(ctx, s.rd, s.q(q), args, func(row rowScanner) (store.AuditEntry, error) {
 		var e store.AuditEntry
 		var at int64
 		err := row.Scan(&e.ID, &at, &e.Actor, &e.Workspace, &e.Action, &e.Target, &e.Detail)
@@ -113,7 +113,7 @@ func (s *Store) Audit(ctx context.Context, workspace string, before time.Time, l
 
 // Companions implements store.Pairing.
 func (s *Store) Companions(ctx context.Context) ([]store.Companion, error) {
-	out, err := queryAll(ctx, s.db, `SELECT `+companionCols+` FROM companions ORDER BY created_at, id`, nil, func(row rowScanner) (store.Companion, error) {
+	out, err := queryAll(ctx, s.rd, `SELECT `+companionCols+` FROM companions ORDER BY created_at, id`, nil, func(row rowScanner) (store.Companion, error) {
 		var c store.Companion
 		var created, seen int64
 		err := row.Scan(&c.ID, &c.Name, &c.TokenHash, &created, &seen)

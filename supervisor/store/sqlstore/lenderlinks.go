@@ -41,7 +41,7 @@ func (s *Store) EndLenderLink(ctx context.Context, lenderID, relay string, t tim
 
 // GetLenderLink implements store.LenderLinks.
 func (s *Store) GetLenderLink(ctx context.Context, lenderID string) (store.LenderLink, error) {
-	l, err := scanLink(s.db.QueryRowContext(ctx, s.q(`SELECT `+linkCols+` FROM lender_links WHERE lender_id = ?`), lenderID))
+	l, err := scanLink(s.rd.QueryRowContext(ctx, s.q(`SELECT `+linkCols+` FROM lender_links WHERE lender_id = ?`), lenderID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return l, fmt.Errorf("lender link %s: %w", lenderID, store.ErrNotFound)
 	}
@@ -53,7 +53,7 @@ func (s *Store) GetLenderLink(ctx context.Context, lenderID string) (store.Lende
 
 // LenderLinks implements store.LenderLinks.
 func (s *Store) LenderLinks(ctx context.Context) ([]store.LenderLink, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+linkCols+` FROM lender_links ORDER BY lender_id`)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+linkCols+` FROM lender_links ORDER BY lender_id`)
 	if err != nil {
 		return nil, fmt.Errorf("lender links: %w", err)
 	}

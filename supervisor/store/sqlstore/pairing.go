@@ -59,7 +59,7 @@ const companionCols = `id, name, token_hash, created_at, last_seen_at`
 func (s *Store) companion(ctx context.Context, where, arg, what string) (store.Companion, error) {
 	var c store.Companion
 	var created, seen int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT `+companionCols+` FROM companions WHERE `+where+` = ?`), arg).
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT `+companionCols+` FROM companions WHERE `+where+` = ?`), arg).
 		Scan(&c.ID, &c.Name, &c.TokenHash, &created, &seen)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("companion %s: %w", what, store.ErrNotFound)

@@ -72,7 +72,7 @@ func (s *Store) poolMiss(ctx context.Context, computerID, state string) error {
 
 // GetPoolMember implements store.Pool.
 func (s *Store) GetPoolMember(ctx context.Context, computerID string) (store.PoolMember, error) {
-	m, err := scanPoolMember(s.db.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members WHERE computer_id = ?`), computerID))
+	m, err := scanPoolMember(s.rd.QueryRowContext(ctx, s.q(`SELECT `+poolCols+` FROM pool_members WHERE computer_id = ?`), computerID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, fmt.Errorf("pool member %s: %w", computerID, store.ErrNotFound)
 	}
@@ -81,7 +81,7 @@ func (s *Store) GetPoolMember(ctx context.Context, computerID string) (store.Poo
 
 // PoolMembers implements store.Pool.
 func (s *Store) PoolMembers(ctx context.Context) ([]store.PoolMember, error) {
-	return queryAll(ctx, s.db, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, computer_id`, nil, scanPoolMember)
+	return queryAll(ctx, s.rd, `SELECT `+poolCols+` FROM pool_members ORDER BY created_at, computer_id`, nil, scanPoolMember)
 }
 
 // claimPoolMember claims, inside a reservation's transaction, the oldest

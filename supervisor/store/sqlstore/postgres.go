@@ -45,7 +45,7 @@ func OpenPostgres(ctx context.Context, url string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", where, err)
 	}
-	s := &Store{db: db, dialect: postgres}
+	s := &Store{db: db, rd: db, dialect: postgres}
 	if err := s.migrateLocked(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", where, err)

@@ -107,7 +107,7 @@ func (s *Store) LeaveSeat(ctx context.Context, session, viewer string) error {
 // Seated implements store.Seats.
 func (s *Store) Seated(ctx context.Context, session, viewer string, now time.Time) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM viewer_seats WHERE session_id = ? AND viewer_id = ? AND expires_at > ?`),
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM viewer_seats WHERE session_id = ? AND viewer_id = ? AND expires_at > ?`),
 		session, viewer, ms(now)).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("seat of viewer %s at session %s: %w", viewer, session, err)
@@ -118,7 +118,7 @@ func (s *Store) Seated(ctx context.Context, session, viewer string, now time.Tim
 // SeatsHeld implements store.Seats.
 func (s *Store) SeatsHeld(ctx context.Context, session string, now time.Time) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM viewer_seats WHERE session_id = ? AND expires_at > ?`),
+	err := s.rd.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM viewer_seats WHERE session_id = ? AND expires_at > ?`),
 		session, ms(now)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("seats of session %s: %w", session, err)

@@ -33,32 +33,55 @@ const (
 
 // Store is a store.Store on a SQL database.
 type Store struct {
-	db      *sql.DB
+	// db takes every write and every transaction.
+	db *sql.DB
+	// rd takes reads outside transactions. On SQLite it is a pool of its
+	// own that may only read: a write-ahead log lets readers run beside
+	// the one writer, so a lookup never queues behind a transaction. On
+	// PostgreSQL it is db.
+	rd      *sql.DB
 	dialect dialect
 }
+
+// sqliteReaders bounds the connections that read a SQLite store at once.
+const sqliteReaders = 4
 
 // OpenSQLite opens (creating if needed) the SQLite database at path and
 // applies the migrations.
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
-		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	// One connection: SQLite has one writer, and a single connection makes
-	// every transaction serial without busy retries.
+	// One writing connection: SQLite has one writer, and a single
+	// connection makes every transaction serial without busy retries.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, dialect: sqlite}
+	s := &Store{db: db, rd: db, dialect: sqlite}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
+	rd, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open sqlite %s for reading: %w", path, err)
+	}
+	rd.SetMaxOpenConns(sqliteReaders)
+	rd.SetMaxIdleConns(sqliteReaders)
+	s.rd = rd
 	return s, nil
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.rd != s.db {
+		err = errors.Join(err, s.rd.Close())
+	}
+	return err
+}
 
 // q rewrites ? placeholders for the dialect.
 func (s *Store) q(query string) string {
@@ -166,7 +189,7 @@ func (s *Store) CreateAgent(ctx context.Context, a store.Agent) error {
 
 // GetAgent implements store.Store.
 func (s *Store) GetAgent(ctx context.Context, id string) (store.Agent, error) {
-	return s.getAgent(ctx, s.db, id)
+	return s.getAgent(ctx, s.rd, id)
 }
 
 const agentCols = `id, name, workspace, created_at`
@@ -190,12 +213,12 @@ func (s *Store) getAgent(ctx context.Context, q sqlQuerier, id string) (store.Ag
 
 // AgentsIn implements store.Store.
 func (s *Store) AgentsIn(ctx context.Context, workspace string) ([]store.Agent, error) {
-	return queryAll(ctx, s.db, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), []any{workspace}, scanAgent)
+	return queryAll(ctx, s.rd, s.q(`SELECT `+agentCols+` FROM agents WHERE workspace = ? ORDER BY id`), []any{workspace}, scanAgent)
 }
 
 // Agents implements store.Store.
 func (s *Store) Agents(ctx context.Context) ([]store.Agent, error) {
-	return queryAll(ctx, s.db, `SELECT `+agentCols+` FROM agents ORDER BY id`, nil, scanAgent)
+	return queryAll(ctx, s.rd, `SELECT `+agentCols+` FROM agents ORDER BY id`, nil, scanAgent)
 }
 
 // DeleteAgent implements store.Store.
@@ -251,7 +274,7 @@ func scanConn(row rowScanner) (store.Connection, error) {
 
 // GetConnection implements store.Store.
 func (s *Store) GetConnection(ctx context.Context, agentID string) (store.Connection, error) {
-	c, err := scanConn(s.db.QueryRowContext(ctx, s.q(`SELECT `+connCols+` FROM connections WHERE agent_id = ?`), agentID))
+	c, err := scanConn(s.rd.QueryRowContext(ctx, s.q(`SELECT `+connCols+` FROM connections WHERE agent_id = ?`), agentID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("connection for agent %s: %w", agentID, store.ErrNotFound)
 	}
@@ -272,7 +295,7 @@ func (s *Store) SetConnectionLimits(ctx context.Context, agentID string, leaseSe
 
 // Connections implements store.Store.
 func (s *Store) Connections(ctx context.Context) ([]store.Connection, error) {
-	return queryAll(ctx, s.db, `SELECT `+connCols+` FROM connections ORDER BY agent_id`, nil, scanConn)
+	return queryAll(ctx, s.rd, `SELECT `+connCols+` FROM connections ORDER BY agent_id`, nil, scanConn)
 }
 
 // DeleteConnection implements store.Store.
@@ -424,7 +447,7 @@ func (s *Store) dayTotals(ctx context.Context, q sqlQuerier, agentID, day string
 
 // LiveSession implements store.Store.
 func (s *Store) LiveSession(ctx context.Context, agentID string) (store.Session, error) {
-	x, err := scanSession(s.db.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE agent_id = ? AND state IN `+liveStates+` LIMIT 1`), agentID))
+	x, err := scanSession(s.rd.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE agent_id = ? AND state IN `+liveStates+` LIMIT 1`), agentID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return x, fmt.Errorf("live session of agent %s: %w", agentID, store.ErrNotFound)
 	}
@@ -433,7 +456,7 @@ func (s *Store) LiveSession(ctx context.Context, agentID string) (store.Session,
 
 // LiveComputer implements store.Store.
 func (s *Store) LiveComputer(ctx context.Context, computerID string) (store.Session, error) {
-	x, err := scanSession(s.db.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE computer_id = ? AND state IN `+liveStates+` LIMIT 1`), computerID))
+	x, err := scanSession(s.rd.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE computer_id = ? AND state IN `+liveStates+` LIMIT 1`), computerID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return x, fmt.Errorf("live session of computer %s: %w", computerID, store.ErrNotFound)
 	}
@@ -442,7 +465,7 @@ func (s *Store) LiveComputer(ctx context.Context, computerID string) (store.Sess
 
 // GetSession implements store.Store.
 func (s *Store) GetSession(ctx context.Context, id string) (store.Session, error) {
-	x, err := scanSession(s.db.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE id = ?`), id))
+	x, err := scanSession(s.rd.QueryRowContext(ctx, s.q(`SELECT `+sessCols+` FROM sessions WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return x, fmt.Errorf("session %s: %w", id, store.ErrNotFound)
 	}
@@ -468,7 +491,7 @@ func (s *Store) UpdateSession(ctx context.Context, x store.Session, from string)
 
 // SessionsDue implements store.Store.
 func (s *Store) SessionsDue(ctx context.Context, now time.Time, limit int) ([]store.Session, error) {
-	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions
+	return s.querySessions(ctx, s.rd, `SELECT `+sessCols+` FROM sessions
 		WHERE (state = 'running' AND expires_at <= ?)
 		   OR (state = 'running' AND sleep_at > 0 AND sleep_at <= ?)
 		   OR (state IN ('stopping', 'cleanup_failed') AND next_cleanup_at <= ?)
@@ -485,12 +508,12 @@ func (s *Store) SessionsByState(ctx context.Context, states ...string) ([]store.
 	for i, st := range states {
 		args[i] = st
 	}
-	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions WHERE state IN (`+ph+`) ORDER BY created_at`, args...)
+	return s.querySessions(ctx, s.rd, `SELECT `+sessCols+` FROM sessions WHERE state IN (`+ph+`) ORDER BY created_at`, args...)
 }
 
 // SuspendedSessions implements store.Store.
 func (s *Store) SuspendedSessions(ctx context.Context) ([]store.Session, error) {
-	return s.querySessions(ctx, s.db, `SELECT `+sessCols+` FROM sessions WHERE home = ? ORDER BY created_at`, store.HomeSuspended)
+	return s.querySessions(ctx, s.rd, `SELECT `+sessCols+` FROM sessions WHERE home = ? ORDER BY created_at`, store.HomeSuspended)
 }
 
 // Budget implements store.Store.
@@ -500,7 +523,7 @@ func (s *Store) Budget(ctx context.Context, agentID string, now time.Time) (stor
 		return store.Budget{}, err
 	}
 	day := store.Day(now)
-	used, reserved, err := s.dayTotals(ctx, s.db, agentID, day)
+	used, reserved, err := s.dayTotals(ctx, s.rd, agentID, day)
 	if err != nil {
 		return store.Budget{}, err
 	}
@@ -520,7 +543,7 @@ func (s *Store) Usage(ctx context.Context, by string, from, to, now time.Time) (
 		return nil, fmt.Errorf("usage by %q: want provider or workspace", by)
 	}
 	nowMS := ms(now)
-	return queryAll(ctx, s.db, s.q(`SELECT `+col+`,
+	return queryAll(ctx, s.rd, s.q(`SELECT `+col+`,
 		CAST(COALESCE(SUM(CASE WHEN state IN `+liveStates+`
 			THEN (CASE WHEN ? < expires_at THEN ? ELSE expires_at END - created_at) / 1000
 			ELSE charged_seconds END), 0) AS BIGINT),
