@@ -46,7 +46,10 @@ import (
 //	connect-1GiB/vs=tinyproxy  MB/s and the proxy's CPU per GiB each way
 //	small-get/vs=squid         1 KiB GETs over one kept-alive connection to
 //	small-get/vs=tinyproxy     the proxy: the p50 each proxy adds to the
-//	                           direct GET measured in the same iteration
+//	small-get/vs=relay         direct GET measured in the same iteration;
+//	                           the relay is the floor of any proxy here: a
+//	                           process that copies the connection's bytes to
+//	                           the source and back, parsing nothing
 //	concurrent-200/vs=squid    200 downloads of 8 MiB at once, each on its
 //	                           own connection: total MB/s and the longest
 //	                           wait for a byte any download saw
@@ -80,7 +83,7 @@ func BenchmarkEgressPeers(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
-	for _, other := range []*peerProxy{squid, tiny} {
+	for _, other := range []*peerProxy{squid, tiny, ps.relay} {
 		b.Run("small-get/vs="+other.name, func(b *testing.B) {
 			var d, ours, theirs []time.Duration
 			for i := range b.N {
@@ -144,6 +147,11 @@ func TestEgressPeersHarness(t *testing.T) {
 			t.Errorf("%s: client moved %d bytes in %d requests", p.name, r.Bytes, len(r.Durations))
 		}
 	}
+	// The relay carries plain GETs (a CONNECT would reach the source
+	// itself, which serves none).
+	if r := runClient(t, ps.relay, clientSpec{Size: 64 << 10, Requests: 8, Concurrency: 1}); r.Bytes != 8*64<<10 {
+		t.Errorf("relay: client moved %d bytes", r.Bytes)
+	}
 	// The proxy still refuses a computer without its password: the route
 	// the benchmark uses is the real one, not an open door.
 	bad := &peerProxy{name: "berth, wrong password", proxy: "http://" + url.UserPassword(computer, "wrong").String() + "@" + ps.h.addr, host: "peer.example"}
@@ -156,6 +164,9 @@ func TestEgressPeersHarness(t *testing.T) {
 type peers struct {
 	h                          *harness // Berth's proxy
 	direct, berth, squid, tiny *peerProxy
+	// relay copies bytes to the source and back, parsing nothing: the
+	// least any proxy process can add.
+	relay *peerProxy
 }
 
 // startPeers starts the source process, Berth's proxy (which reaches the
@@ -184,6 +195,7 @@ func startPeers(tb testing.TB) *peers {
 		squid: startSquid(tb),
 		tiny:  startTinyproxy(tb),
 	}
+	ps.relay = &peerProxy{name: "relay", proxy: "http://" + startRole(tb, "relay", peerUpstreamEnv+"="+src), host: src}
 	ps.squid.host, ps.tiny.host = src, src
 	return ps
 }
@@ -338,13 +350,18 @@ func runClient(tb testing.TB, p *peerProxy, spec clientSpec) clientResult {
 const (
 	peerRoleEnv = "BERTH_EGRESS_BENCH_ROLE"
 	peerSpecEnv = "BERTH_EGRESS_BENCH_SPEC"
+	// peerUpstreamEnv is the relay's source address.
+	peerUpstreamEnv = "BERTH_EGRESS_BENCH_UPSTREAM"
 )
 
-// runPeerRole runs this test binary as the source or a client process.
+// runPeerRole runs this test binary as the source, the relay or a client
+// process.
 func runPeerRole(role string) int {
 	switch role {
 	case "source":
 		return runSource()
+	case "relay":
+		return runRelay(os.Getenv(peerUpstreamEnv))
 	case "client":
 		var spec clientSpec
 		if err := json.Unmarshal([]byte(os.Getenv(peerSpecEnv)), &spec); err != nil {
@@ -390,6 +407,42 @@ func runSource() int {
 	}()
 	srv.Serve(ln)
 	return 0
+}
+
+// runRelay accepts connections on loopback, prints its address, and copies
+// each connection's bytes to upstream and back until its standard input
+// closes. A forward proxy's request line names the source, which serves it
+// as it would a direct one.
+func runRelay(upstream string) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(ln.Addr().String())
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 0
+		}
+		go func() {
+			defer c.Close()
+			u, err := net.DialTimeout("tcp", upstream, 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() {
+				io.Copy(u, c)
+				u.(*net.TCPConn).CloseWrite()
+			}()
+			io.Copy(c, u)
+		}()
+	}
 }
 
 func runClientSpec(spec clientSpec) clientResult {
@@ -478,12 +531,13 @@ func runClientSpec(spec clientSpec) clientResult {
 	return res
 }
 
-// startRole starts this test binary in role and returns the address it
-// prints; the process ends when the test does.
-func startRole(tb testing.TB, role string) string {
+// startRole starts this test binary in role, with env added to its
+// environment, and returns the address it prints; the process ends when
+// the test does.
+func startRole(tb testing.TB, role string, env ...string) string {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), peerRoleEnv+"="+role)
+	cmd.Env = append(append(os.Environ(), peerRoleEnv+"="+role), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)

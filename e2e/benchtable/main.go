@@ -104,6 +104,7 @@ var targets = map[string]target{
 	"egress BenchmarkEgressPeers/connect-1GiB/vs=squid berth-cpu-ms/GiB":     ratioAtMost(1),
 	"egress BenchmarkEgressPeers/small-get/vs=squid berth-added-p50-µs":      atMost(100, "µs"),
 	"egress BenchmarkEgressPeers/small-get/vs=tinyproxy berth-added-p50-µs":  atMost(100, "µs"),
+	"egress BenchmarkEgressPeers/small-get/vs=relay berth-added-p50-µs":      atMost(100, "µs"),
 	"egress BenchmarkEgressPeers/concurrent-200/vs=squid berth-total-MB/s":   ratioAtLeast(1),
 	"egress BenchmarkEgressPeers/concurrent-200/vs=squid berth-max-stall-ms": atMost(1000, "ms (the longest wait for a byte)"),
 	"relayserver BenchmarkDownload100MB relay-MB/s":                          ratioAtLeast(0.5),

@@ -12,8 +12,8 @@ import (
 	"github.com/berthdev/berth/providers"
 )
 
-// BenchmarkColdStart compares Create (network, volume and hardened
-// container, until the container runs) with a bare ContainerCreate and
+// BenchmarkColdStart compares Create (network, home with its disk quota
+// and hardened container, until the container runs) with a bare ContainerCreate and
 // ContainerStart of the same image on the engine's default network, measured
 // in the same run, alternating which goes first. It reports the medians and
 // the median of the paired ratios:
@@ -25,6 +25,11 @@ func BenchmarkColdStart(b *testing.B) {
 	b.Run("network-at-start", func(b *testing.B) { benchColdStart(b, Options{}, testImage) })
 	b.Run("network-pool", func(b *testing.B) {
 		benchColdStart(b, Options{HeadlessImage: poolImage, NetworkPool: DefaultNetworkPool}, poolImage)
+	})
+	// The same without the disk quota (COMPUTER_DISK_MB=0): what the
+	// quota's helper containers cost a create.
+	b.Run("network-pool-no-quota", func(b *testing.B) {
+		benchColdStart(b, Options{HeadlessImage: poolImage, NetworkPool: DefaultNetworkPool, DiskMB: NoDiskLimit}, poolImage)
 	})
 }
 
