@@ -392,7 +392,10 @@ func (s *slowReader) Read(p []byte) (int, error) {
 // upload that keeps moving may take longer than the call timeout, and an
 // in-memory body keeps its length.
 func TestUploadDeadlineIsSilence(t *testing.T) {
-	const callTimeout = 200 * time.Millisecond
+	// The upload takes 10 pauses of a sixth of the timeout: longer than
+	// the timeout in all, with room for a busy machine's scheduling in
+	// each silence.
+	const callTimeout = 600 * time.Millisecond
 	home := t.TempDir()
 	srv := server.New(server.Config{TokenHash: token.Hash("tok"), Home: home, Version: "v1"})
 	ts := httptest.NewServer(srv)
@@ -401,7 +404,7 @@ func TestUploadDeadlineIsSilence(t *testing.T) {
 	c := computerd.NewClient(ts.URL, "tok", computerd.WithHTTPClient(ts.Client()), computerd.WithCallTimeout(callTimeout))
 
 	start := time.Now()
-	res, err := c.Upload(context.Background(), "slow.txt", &slowReader{n: 10, pause: callTimeout / 4}, 0)
+	res, err := c.Upload(context.Background(), "slow.txt", &slowReader{n: 10, pause: callTimeout / 6}, 0)
 	if err != nil || res.Bytes != 60 {
 		t.Fatalf("slow upload over %s = %+v, %v", time.Since(start).Round(time.Millisecond), res, err)
 	}
