@@ -130,7 +130,8 @@ func BenchmarkConnectThroughput(b *testing.B) {
 func BenchmarkIdleTunnels(b *testing.B) {
 	const n = 1000
 	echo := newEchoServer(b)
-	h := start(b, nil)
+	// One computer holds them all: past its default bound.
+	h := start(b, func(c *Config) { c.MaxTunnelsPerComputer = n })
 	h.resolver.set("idle.example", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 443), echo.addr())
 
