@@ -338,7 +338,7 @@ func BenchmarkLiveViewLent(b *testing.B) {
 			b.Fatal(err)
 		}
 		chromedp.Do(bctx, chromedp.Navigate("about:blank"))
-		http.Post(s.url+"/view/"+g.Session+"/leave?token="+g.Token, "application/json", nil)
+		leaveView(b, s.url, g)
 		// The next page's encoder does not share the CPU with this one's.
 		testkit.Eventually(b, 20*time.Second, "the encoder of "+agent+" to stop", func() bool { return encoders(s, agent) == "" })
 		return v.FirstFrameMs, matchLatency(x.Stdout, log)
