@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -788,12 +787,7 @@ func cpuMark(tb testing.TB) (machine, process time.Duration) {
 		n, _ := strconv.ParseInt(f[i], 10, 64)
 		machine += time.Duration(n) * 10 * time.Millisecond // USER_HZ is 100
 	}
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	process = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return machine, process
+	return machine, testkit.CPUTime()
 }
 
 // BenchmarkSustainedStarts holds a steady rate of starts for a minute: each

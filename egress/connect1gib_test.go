@@ -5,9 +5,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // BenchmarkConnect1GiB is the throughput figure of issue 4: each iteration
@@ -42,8 +43,8 @@ func BenchmarkConnect1GiB(b *testing.B) {
 	var cpu time.Duration // of the last fetch
 	fetch := func(c net.Conn, r io.Reader, n int) time.Duration {
 		c.SetDeadline(time.Now().Add(2 * time.Minute))
-		c0 := cpuTime()
-		defer func() { cpu = cpuTime() - c0 }()
+		c0 := testkit.CPUTime()
+		defer func() { cpu = testkit.CPUTime() - c0 }()
 		t0 := time.Now()
 		if err := binary.Write(c, binary.BigEndian, uint64(n)); err != nil {
 			b.Fatal(err)
@@ -81,13 +82,4 @@ func BenchmarkConnect1GiB(b *testing.B) {
 	b.ReportMetric(direct.Seconds()/proxied.Seconds(), "ratio")
 	b.ReportMetric(float64(directCPU.Milliseconds())/float64(b.N), "direct-cpu-ms/GiB")
 	b.ReportMetric(float64(proxyCPU.Milliseconds())/float64(b.N), "proxy-cpu-ms/GiB")
-}
-
-// cpuTime is the CPU time this process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berthdev/berth/internal/testkit"
 )
 
 // The egress proxy against the forward proxies people already run: Debian's
@@ -190,7 +192,7 @@ func startPeers(tb testing.TB) *peers {
 			name:  "berth",
 			proxy: "http://" + url.UserPassword(computer, h.password).String() + "@" + h.addr,
 			host:  "peer.example",
-			cpu:   cpuTime,
+			cpu:   testkit.CPUTime,
 		},
 		squid: startSquid(tb),
 		tiny:  startTinyproxy(tb),

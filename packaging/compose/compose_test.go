@@ -56,11 +56,8 @@ func (in *instance) compose(ctx context.Context, args ...string) string {
 }
 
 func (in *instance) try(ctx context.Context, args ...string) (string, error) {
-	full := []string{"compose", "--project-name", in.project, "--file", filepath.Join(in.dir, "compose.yaml")}
-	if _, err := os.Stat(filepath.Join(in.dir, healthFile)); err == nil {
-		full = append(full, "--file", filepath.Join(in.dir, healthFile))
-	}
-	full = append(full, args...)
+	full := append([]string{"compose", "--project-name", in.project,
+		"--file", filepath.Join(in.dir, "compose.yaml"), "--file", filepath.Join(in.dir, healthFile)}, args...)
 	cmd := exec.CommandContext(ctx, "docker", full...)
 	cmd.Dir = in.dir
 	var out, errb bytes.Buffer

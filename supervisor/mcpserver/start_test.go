@@ -73,13 +73,7 @@ func TestStartFailedCreateIsToolError(t *testing.T) {
 	go func() {
 		defer close(released)
 		defer close(gate)
-		for joins.Count() <= joined {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(testkit.Interval):
-			}
-		}
+		testkit.PollContext(ctx, time.Minute, func() bool { return joins.Count() > joined })
 	}()
 	res = callTool(t, cs, ToolStart, nil)
 	<-released
