@@ -26,6 +26,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/moby/client"
 
 	"github.com/berthdev/berth/computerd"
@@ -73,6 +74,8 @@ type Docker struct {
 	log  *slog.Logger
 	pool *netPool // nil when networks are made at start
 
+	helpers diskHelpers // the disk quota's standing helpers (diskhelper.go)
+
 	runtimeMu sync.Mutex
 	runtime   *RuntimeChoice // nil until the engine was asked (see Runtime)
 }
@@ -93,6 +96,7 @@ func New(opts Options) (*Docker, error) {
 		cli:  cli,
 		log:  opts.Logger.With("component", "docker"),
 	}
+	d.helpers.d = d
 	if opts.NetworkPool > 0 {
 		d.pool = newNetPool(d, opts.NetworkPool)
 	}
@@ -102,14 +106,15 @@ func New(opts Options) (*Docker, error) {
 // Options returns the provider's settings, defaults filled in.
 func (d *Docker) Options() Options { return d.opts }
 
-// Close removes the networks waiting in the pool and releases the
-// provider's connections to the engine.
+// Close removes the networks waiting in the pool and the standing disk
+// helpers, and releases the provider's connections to the engine.
 func (d *Docker) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	if d.pool != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		d.pool.close(ctx)
-		cancel()
 	}
+	d.helpers.close(ctx)
+	cancel()
 	return d.cli.Close()
 }
 
@@ -310,14 +315,20 @@ func bridgeName(computerID string) string {
 // volume carrying another attempt's label is a leftover and fails the
 // create.
 func (d *Docker) createVolume(ctx context.Context, name string, labels, driverOpts map[string]string) error {
+	_, err := d.makeVolume(ctx, name, labels, driverOpts)
+	return err
+}
+
+// makeVolume is createVolume, and returns the volume.
+func (d *Docker) makeVolume(ctx context.Context, name string, labels, driverOpts map[string]string) (volume.Volume, error) {
 	res, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels, DriverOpts: driverOpts})
 	if err != nil {
-		return fmt.Errorf("create volume %s: %w", name, d.engineErr(err))
+		return volume.Volume{}, fmt.Errorf("create volume %s: %w", name, d.engineErr(err))
 	}
 	if got := res.Volume.Labels[providers.LabelAttempt]; got != labels[providers.LabelAttempt] {
-		return fmt.Errorf("create volume %s: %w (volume of attempt %q); destroy the computer first", name, ErrLeftover, got)
+		return volume.Volume{}, fmt.Errorf("create volume %s: %w (volume of attempt %q); destroy the computer first", name, ErrLeftover, got)
 	}
-	return nil
+	return res.Volume, nil
 }
 
 // join connects the configured containers to a computer's network.

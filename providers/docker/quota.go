@@ -39,12 +39,13 @@ import (
 // The engine's local driver mounts with the mount syscall, which does not
 // set up loop devices, and making one takes privileges a lending agent (a
 // user in the docker group) does not have on its own. So the privileged
-// steps run in a short-lived helper container: the computer's own image
+// steps run in a helper container (kept standing and given each step as an
+// exec, see diskhelper.go): the computer's own image
 // (which has mkfs and losetup: Debian's, or busybox's), as root with only
 // CAP_SYS_ADMIN, CAP_CHOWN and CAP_DAC_OVERRIDE, access to the loop block
 // devices and /dev/loop-control and nothing else, no network, a read-only
 // root filesystem, no new privileges, and a fixed script whose only inputs
-// are a size and a user. Whoever may use the engine is root on its host
+// are the disk's file, a size and a user. Whoever may use the engine is root on its host
 // anyway; the helper only does, in a container, what such a user could do,
 // and it runs an image only the engine's users can change, never anything
 // a computer controls. It works the same whether the caller is root, in
@@ -88,11 +89,15 @@ var helperPids int64 = 64
 // the helper.
 const diskFile = "/disk/disk.img"
 
-// helperFuncs are shell functions both helper scripts use: uuid prints the
-// UUID of the ext2/3/4 filesystem in a file or device (16 bytes at 1024 +
-// 0x68), loops prints the loop devices that back diskFile's filesystem.
+// helperFuncs start both helper scripts, whose first argument is the disk
+// file (f; the filesystem's type is kept beside it in tf), and define
+// shell functions: uuid prints the UUID of the ext2/3/4 filesystem in a
+// file or device (16 bytes at 1024 + 0x68), loops prints the loop devices
+// that back f's filesystem.
 const helperFuncs = `set -eu
-f=` + diskFile + `
+f=$1
+tf=${f%/*}/type
+shift
 uuid() { dd if="$1" bs=1 skip=1128 count=16 2>/dev/null | od -An -tx1 | tr -d ' \n'; }
 loops() {
 	u=$(uuid "$f")
@@ -108,25 +113,31 @@ loops() {
 // with a loop device and prints "berth-disk DEVICE TYPE". lost+found is
 // removed so that the engine copies the image's home into the empty volume.
 // A filesystem made before (a create of the same attempt, again) is kept
-// with its loop device, which the home volume of that attempt names.
-const makeScript = helperFuncs + `if [ -f "$f" ] && [ -f /disk/type ]; then
+// with its loop device, which the home volume of that attempt names. Each
+// run mounts the filesystem on a folder of its own, since runs of a
+// standing helper share its /m.
+const makeScript = helperFuncs + `if [ -f "$f" ] && [ -f "$tf" ]; then
 	l=$(loops | head -n 1)
 	if [ -n "$l" ]; then
-		echo "berth-disk $l $(cat /disk/type)"
+		echo "berth-disk $l $(cat "$tf")"
 		exit 0
 	fi
 fi
-rm -f "$f" /disk/type
+rm -f "$f" "$tf"
 truncate -s "$1" "$f"
 if command -v mkfs.ext4 >/dev/null 2>&1; then
 	t=ext4
 	mkfs.ext4 -q -F -m 0 -J size=4 -E lazy_itable_init=1,lazy_journal_init=1 "$f" >&2
 else
+	# busybox's mke2fs writes all inode tables out: one inode per 16 KiB
+	# (its default) up to 16,384 inodes keeps them at most 4 MiB.
 	t=ext2
-	mke2fs -F -m 0 "$f" >/dev/null
+	i=$(($1 / 16384))
+	[ "$i" -ge 16384 ] || i=16384
+	mke2fs -F -m 0 -i "$i" "$f" >/dev/null
 fi
 [ -n "$(uuid "$f" | tr -d 0)" ] || { echo "the filesystem has no UUID" >&2; exit 1; }
-echo "$t" > /disk/type
+echo "$t" > "$tf"
 # The kernel adds a new loop device's node to /dev a moment after it hands
 # out its number; busybox's losetup does not wait for it.
 for i in 1 2 3 4 5 6 7 8 9 10; do
@@ -136,11 +147,13 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 done
 l=$(loops | head -n 1)
 [ -n "$l" ] || { echo "no loop device took $f" >&2; exit 1; }
-mount -t "$t" "$l" /m
-chmod 0755 /m
-chown "$2" /m
-rmdir /m/lost+found
-umount /m
+m=$(mktemp -d /m/d.XXXXXX)
+trap 'umount "$m" 2>/dev/null || :; rmdir "$m" 2>/dev/null || :' EXIT
+mount -t "$t" "$l" "$m"
+chmod 0755 "$m"
+chown "$2" "$m"
+rmdir "$m/lost+found"
+umount "$m"
 echo "berth-disk $l $t"
 `
 
@@ -148,7 +161,7 @@ echo "berth-disk $l $t"
 // one lets go when it is unmounted) and deletes the file.
 const releaseScript = helperFuncs + `[ -f "$f" ] || exit 0
 for l in $(loops); do losetup -d "$l"; done
-rm -f "$f"
+rm -f "$f" "$tf"
 `
 
 var diskLine = regexp.MustCompile(`(?m)^berth-disk (/dev/loop[0-9]+) (ext[24])\s*$`)
@@ -179,10 +192,11 @@ func (d *Docker) createHome(ctx context.Context, computerID, image string, label
 	diskName := DiskPrefix + computerID
 	diskLabels := maps.Clone(labels)
 	diskLabels[LabelDiskImage] = image
-	if err := d.createVolume(ctx, diskName, diskLabels, nil); err != nil {
+	disk, err := d.makeVolume(ctx, diskName, diskLabels, nil)
+	if err != nil {
 		return err
 	}
-	out, err := d.runHelper(ctx, image, diskName, makeScript,
+	out, err := d.diskStep(ctx, image, disk, makeScript,
 		strconv.FormatInt(d.opts.DiskMB<<20, 10), User)
 	if errors.Is(err, errNotStarted) {
 		// Nothing was made in the volume: it can go without a release,
@@ -209,46 +223,14 @@ func (d *Docker) createHome(ctx context.Context, computerID, image string, label
 	return nil
 }
 
-// runHelper runs script in a helper container of image with the volume
-// diskVolume at /disk, and returns its output. The container is removed
-// whatever happens.
+// runHelper runs script in a helper container of its own, of image with
+// the volume diskVolume at /disk, and returns its output. The container is
+// removed whatever happens.
 func (d *Docker) runHelper(ctx context.Context, image, diskVolume, script string, args ...string) (string, error) {
 	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image:           image,
-			User:            "0:0",
-			Entrypoint:      []string{"/bin/sh", "-c", script, "berth-disk"},
-			Cmd:             args,
-			Env:             []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			Tty:             true, // one plain output stream
-			NetworkDisabled: true,
-			Labels: map[string]string{
-				labelDiskHelper: "true",
-				LabelExpires:    d.expiresLabel(helperLease),
-			},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode:    "none",
-			ReadonlyRootfs: true,
-			Tmpfs:          map[string]string{"/m": "size=1m,mode=0700"},
-			CapDrop:        []string{"ALL"},
-			CapAdd:         []string{"SYS_ADMIN", "CHOWN", "DAC_OVERRIDE"},
-			SecurityOpt:    []string{"no-new-privileges"},
-			LogConfig:      logConfig(),
-			Mounts: []mount.Mount{
-				{Type: mount.TypeVolume, Source: diskVolume, Target: "/disk"},
-				// The host's /dev, where the kernel adds loop devices as
-				// they are made; the device rules let only loop devices
-				// (block major 7) and /dev/loop-control be opened.
-				{Type: mount.TypeBind, Source: "/dev", Target: "/dev"},
-			},
-			Resources: container.Resources{
-				DeviceCgroupRules: []string{"b 7:* rwm", "c 10:237 rwm"},
-				Memory:            128 << 20,
-				MemorySwap:        128 << 20,
-				PidsLimit:         &helperPids,
-			},
-		},
+		Config: helperConfig(image, d.expiresLabel(helperLease), []string{"/bin/sh", "-c", script, "berth-disk"}, args),
+		HostConfig: helperHostConfig(mount.Mount{Type: mount.TypeVolume, Source: diskVolume, Target: "/disk"},
+			128<<20, &helperPids, false),
 	})
 	if err != nil {
 		return "", fmt.Errorf("create helper container from %s: %w (%w)", image, d.engineErr(err), errNotStarted)
@@ -370,7 +352,7 @@ func (d *Docker) releaseDisk(ctx context.Context, v volume.Volume) error {
 	}
 	var errs []error
 	for _, im := range images {
-		_, err := d.runHelper(ctx, im, v.Name, releaseScript)
+		_, err := d.diskStep(ctx, im, v, releaseScript)
 		if err == nil {
 			return nil
 		}
