@@ -3,10 +3,14 @@ package docker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"path"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,35 +25,50 @@ import (
 
 // The disk quota's privileged steps (quota.go) run in a standing helper:
 // a container of the computer's image, started at the first step and kept
-// a few minutes, in which each step is an exec. An exec costs the engine
-// one process in a running container; a helper container of its own costs
-// a create, a start and a removal, which was most of what the quota added
-// to a computer's create and destroy (docs/performance.md).
+// while the provider is open, which runs each step it is sent on its
+// standard input and answers on its output. A step then costs the engine
+// nothing but the script's own processes; a helper container of its own
+// costs a create, a start and a removal, and an exec a runtime process,
+// which were most of what the quota added to a computer's create and
+// destroy (docs/performance.md).
 //
 // The standing helper has the one-shot helper's limits: root with only
 // CAP_SYS_ADMIN, CAP_CHOWN and CAP_DAC_OVERRIDE, of the host's devices only
 // the loop devices, no network, a read-only root filesystem, no new
-// privileges, and the same fixed scripts whose only inputs are a file in a
-// disk volume (named after a computer id the provider checked), a size and
-// a user. In place of one disk volume it sees the engine's volume folder,
+// privileges, and the same fixed scripts, given only a disk's file (in a
+// volume named after a computer id the provider checked), a size and a
+// user. In place of one disk volume it sees the engine's volume folder,
 // where the local driver keeps a volume's files in <folder>/<name>/_data,
-// bound without the filesystems mounted below it: it reaches any disk
-// volume's file, and no computer's home.
+// without the filesystems the engine mounts there (computers' homes): it
+// reaches any disk volume's file, and no computer's home.
 //
-// The helper's process is a sleep of helperLife, so it ends by itself and
-// a provider that dies leaves it behind for minutes at most; the engine
-// removes its container when it ends, and Close removes the ones the
-// provider started. Steps go to a helper for helperUse after its start and
-// each ends within stepTimeout, so none outlives its helper. A helper gone
-// early (removed by hand, the engine restarted) is replaced, once per step.
+// The protocol, one line each way (the provider checks every field):
+//
+//	provider: ID OP FILE [SIZE USER]    OP is make or release
+//	helper:   ID CODE OUTPUT            OUTPUT: the last KiB, in hex
+//
+// Each step runs in the background, so steps of concurrent creates run side
+// by side, and an answer is one write shorter than a pipe's atomic size, so
+// answers never interleave. The helper's standard input is the provider's
+// attach connection, once: when the provider closes it, or dies, the helper
+// finishes its steps and ends, and the engine removes its container. Close
+// removes it at once. A helper that is gone (removed by hand, the engine
+// restarted) fails the steps it was running and is replaced; a step that
+// never reached it is sent to the new one.
 //
 // A disk volume whose mount point does not have the local driver's shape
-// gets a helper container of its own (runHelper), as every step did before.
+// gets a helper container of its own (runHelper).
 
+// stepTimeout bounds one step.
+const stepTimeout = 2 * time.Minute
+
+// A standing helper is replaced after standingUse (the one replaced ends
+// when its steps are done), well before its LabelExpires falls
+// (standingLabelLife), which is a backstop: a helper ends with its
+// provider's connection.
 const (
-	helperLife  = 10 * time.Minute
-	helperUse   = 5 * time.Minute
-	stepTimeout = 2 * time.Minute
+	standingUse       = 12 * time.Hour
+	standingLabelLife = 24 * time.Hour
 )
 
 // Limits of a standing helper, which runs the steps of concurrent creates
@@ -62,55 +81,84 @@ var (
 // volumesTarget is where a standing helper sees the engine's volume folder.
 const volumesTarget = "/volumes"
 
+// Bounds of what is read from a helper: a step's output (the script's last
+// KiB, hex encoded, and the fields before it), and one frame of the
+// engine's stream.
+const (
+	maxStepOutput = 1 << 10
+	maxAnswerLine = 2*maxStepOutput + 64
+	maxFrame      = 64 << 10
+	readyLine     = "berth-disk-ready"
+)
+
 // standingScript is a standing helper's process: it stops the mounts the
-// engine makes in its volume folder (computers' homes) from showing in the
-// helper, removes any that showed before, and sleeps for its life ($1
-// seconds).
+// engine makes in its volume folder from showing in the helper, removes any
+// that showed before, and says it is ready. Then a loop runs each step it
+// reads ($1 is makeScript, $2 releaseScript) in the background until the
+// input ends. The loop is a job of its own, so that this shell, process 1,
+// waits all along and so reaps every step's processes, which the ( ... & )
+// form hands to it.
 const standingScript = `set -eu
 mount --make-rprivate ` + volumesTarget + `
 for p in $(cut -d' ' -f5 /proc/self/mountinfo | grep '^` + volumesTarget + `/' || :); do
 	umount -l "$p" 2>/dev/null || :
 done
-exec sleep "$1"
+echo ` + readyLine + `
+exec 3<&0
+while read -r id op f a b; do
+	case $op in
+	make) s=$1 ;;
+	release) s=$2 ;;
+	*) echo "$id 2 $(echo "no step $op" | od -An -tx1 | tr -d ' \n')"; continue ;;
+	esac
+	( (
+		o=/m/out.$id
+		c=0
+		sh -c "$s" berth-disk "$f" $a $b >"$o" 2>&1 || c=$?
+		echo "$id $c $(tail -c ` + "1024" + ` "$o" | od -An -tx1 | tr -d ' \n')"
+		rm -f "$o"
+	) & )
+done <&3 &
+wait
 `
 
-// maxStepOutput bounds what a step's output is read to.
-const maxStepOutput = 64 << 10
+// stepArg is what a step's argument may hold: no space, no line break.
+var stepArg = regexp.MustCompile(`^[A-Za-z0-9_./:-]+$`)
 
-// errHelperGone marks a step that found its standing helper gone before it
-// ran.
+// errHelperGone marks a step whose standing helper went away.
 var errHelperGone = errors.New("the standing disk helper is gone")
-
-// standing is one standing helper.
-type standing struct {
-	id      string
-	folder  string // the engine's volume folder, bound at volumesTarget
-	started time.Time
-}
 
 // diskHelpers are a provider's standing helpers, one per image.
 type diskHelpers struct {
 	d *Docker
 
-	mu      sync.Mutex
-	byImage map[string]standing
-	starts  int  // helpers started
-	off     bool // every step gets a helper container of its own (tests)
+	mu       sync.Mutex
+	byImage  map[string]*standing
+	starts   int  // helpers started
+	off      bool // every step gets a helper container of its own (tests)
+	retiring sync.WaitGroup
 }
 
-// diskStep runs a disk script (makeScript, releaseScript) for the disk
-// volume v with a helper of image: an exec in the standing helper, or a
-// helper container of its own when v is not a local driver's volume. The
-// script's first argument is v's disk file, args follow. An error that
-// wraps errNotStarted means the script never ran.
-func (d *Docker) diskStep(ctx context.Context, image string, v volume.Volume, script string, args ...string) (string, error) {
+// diskStep runs a disk step (opMake, opRelease) for the disk volume v with
+// a helper of image: in the standing helper, or in a helper container of
+// its own when v is not a local driver's volume. args follow the disk's
+// file. An error that wraps errNotStarted means the step never ran.
+func (d *Docker) diskStep(ctx context.Context, image string, v volume.Volume, op string, args ...string) (string, error) {
 	folder, ok := volumeFolder(v)
 	if !ok || d.helpers.isOff() {
-		return d.runHelper(ctx, image, v.Name, script, append([]string{diskFile}, args...)...)
+		return d.runHelper(ctx, image, v.Name, stepScripts[op], append([]string{diskFile}, args...)...)
 	}
 	file := path.Join(volumesTarget, v.Name, "_data", path.Base(diskFile))
-	return d.helpers.run(ctx, image, folder, script, append([]string{file}, args...))
+	return d.helpers.run(ctx, image, folder, op, append([]string{file}, args...))
 }
+
+// The steps, and their scripts (quota.go).
+const (
+	opMake    = "make"
+	opRelease = "release"
+)
+
+var stepScripts = map[string]string{opMake: makeScript, opRelease: releaseScript}
 
 // volumeFolder returns the folder a local driver's volume v lives in, from
 // its mount point <folder>/<name>/_data.
@@ -131,8 +179,16 @@ func (h *diskHelpers) isOff() bool {
 	return h.off
 }
 
-// run runs script in the standing helper of image, started if needed.
-func (h *diskHelpers) run(ctx context.Context, image, folder, script string, args []string) (string, error) {
+// run runs a step in the standing helper of image, started if needed.
+func (h *diskHelpers) run(ctx context.Context, image, folder, op string, args []string) (string, error) {
+	if _, ok := stepScripts[op]; !ok {
+		return "", fmt.Errorf("no disk step %q", op)
+	}
+	for _, a := range args {
+		if !stepArg.MatchString(a) {
+			return "", fmt.Errorf("disk step %s: argument %q has other characters than letters, digits and _./:-", op, a)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -140,153 +196,330 @@ func (h *diskHelpers) run(ctx context.Context, image, folder, script string, arg
 		if err != nil {
 			return "", err
 		}
-		out, err := h.d.execStep(ctx, s.id, script, args)
-		if errors.Is(err, errHelperGone) && attempt == 0 {
-			h.drop(image, s.id)
-			continue
+		out, err := s.call(ctx, op, args)
+		if errors.Is(err, errHelperGone) {
+			h.drop(image, s)
+			if errors.Is(err, errNotStarted) && attempt == 0 {
+				continue
+			}
 		}
 		return out, err
 	}
 }
 
 // get returns the standing helper of image, starting one when there is
-// none, or when the one there is has had its time for new steps.
-func (h *diskHelpers) get(ctx context.Context, image, folder string) (standing, error) {
+// none, or the one there was is gone or has served standingUse.
+func (h *diskHelpers) get(ctx context.Context, image, folder string) (*standing, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.d.opts.Clock.Now()
-	if s, ok := h.byImage[image]; ok && s.folder == folder && now.Sub(s.started) < helperUse {
+	s, ok := h.byImage[image]
+	if ok && s.folder == folder && s.alive() && now.Sub(s.started) < standingUse {
 		return s, nil
 	}
-	id, err := h.d.startHelper(ctx, image, folder)
+	if ok {
+		h.retire(image, s)
+	}
+	s, err := h.d.startHelper(ctx, image, folder)
 	if err != nil {
-		return standing{}, err
+		return nil, err
 	}
-	// One that had its time ends by itself when its steps are long done.
+	s.started = now
 	if h.byImage == nil {
-		h.byImage = make(map[string]standing)
+		h.byImage = make(map[string]*standing)
 	}
-	s := standing{id: id, folder: folder, started: now}
 	h.byImage[image] = s
 	h.starts++
 	return s, nil
 }
 
-// drop forgets a helper found gone.
-func (h *diskHelpers) drop(image, id string) {
+// drop forgets a helper found gone and removes what is left of it.
+func (h *diskHelpers) drop(image string, s *standing) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.byImage[image].id == id {
-		delete(h.byImage, image)
+	if h.byImage[image] == s {
+		h.retire(image, s)
 	}
 }
 
-// close removes the standing helpers.
-func (h *diskHelpers) close(ctx context.Context) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for image, s := range h.byImage {
-		if _, err := h.d.cli.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			h.d.log.Warn("remove standing disk helper", "container", s.id, "err", err)
+// retire forgets the helper of image, and ends it in the background once
+// its steps are done (or have had their time). Hold h.mu.
+func (h *diskHelpers) retire(image string, s *standing) {
+	delete(h.byImage, image)
+	h.retiring.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		limit := time.NewTimer(stepTimeout)
+		defer limit.Stop()
+	wait:
+		for s.busy() {
+			select {
+			case <-s.done:
+				break wait
+			case <-limit.C:
+				break wait
+			case <-t.C:
+			}
 		}
+		h.d.endHelper(s)
+	})
+}
+
+// close removes the standing helpers, and waits for the retired ones.
+func (h *diskHelpers) close() {
+	h.mu.Lock()
+	for image, s := range h.byImage {
+		h.d.endHelper(s)
 		delete(h.byImage, image)
 	}
+	h.mu.Unlock()
+	h.retiring.Wait()
+}
+
+// standing is one standing helper and the provider's connection to it.
+type standing struct {
+	id      string
+	folder  string    // the engine's volume folder, bound at volumesTarget
+	started time.Time // by the provider's clock
+	conn    client.HijackedResponse
+	ready   chan struct{} // closed when the helper said it is ready
+	done    chan struct{} // closed when the answers have ended
+
+	wmu sync.Mutex // writes of requests
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan answer
+	gone    error  // why the helper is gone, once it is
+	stderr  []byte // the last of what the helper's shell said on stderr
+}
+
+// answer is the helper's answer to one step.
+type answer struct {
+	code int
+	out  string
+	err  error // the helper went away first
 }
 
 // startHelper starts a standing helper of image that sees the engine's
-// volume folder.
-func (d *Docker) startHelper(ctx context.Context, image, folder string) (string, error) {
-	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: helperConfig(image, d.expiresLabel(helperLife),
-			[]string{"/bin/sh", "-c", standingScript, "berth-disk", strconv.Itoa(int(helperLife / time.Second))}, nil),
-		HostConfig: helperHostConfig(mount.Mount{
-			Type: mount.TypeBind, Source: folder, Target: volumesTarget,
-			// The engine makes a bind from its own folder a slave of
-			// the host's mounts; standingScript cuts that.
-			BindOptions: &mount.BindOptions{NonRecursive: true, Propagation: mount.PropagationRSlave},
-		}, standingMemory, &standingPids, true),
-	})
+// volume folder, and waits until it is ready.
+func (d *Docker) startHelper(ctx context.Context, image, folder string) (*standing, error) {
+	cfg := helperConfig(image, d.expiresLabel(standingLabelLife),
+		[]string{"/bin/sh", "-c", standingScript, "berth-disk", makeScript, releaseScript}, nil)
+	cfg.Tty = false // the engine's stream tells output from errors
+	cfg.OpenStdin, cfg.StdinOnce = true, true
+	cfg.AttachStdin, cfg.AttachStdout, cfg.AttachStderr = true, true, true
+	hc := helperHostConfig(mount.Mount{
+		Type: mount.TypeBind, Source: folder, Target: volumesTarget,
+		// The engine makes a bind from its own folder a slave of the
+		// host's mounts; standingScript cuts that.
+		BindOptions: &mount.BindOptions{NonRecursive: true, Propagation: mount.PropagationRSlave},
+	}, standingMemory, &standingPids, true)
+	hc.Tmpfs["/m"] = "size=4m,mode=0700"
+	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc})
 	if err != nil {
-		return "", fmt.Errorf("create disk helper container from %s: %w (%w)", image, d.engineErr(err), errNotStarted)
+		return nil, fmt.Errorf("create disk helper container from %s: %w (%w)", image, d.engineErr(err), errNotStarted)
 	}
-	if _, err := d.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if _, rerr := d.cli.ContainerRemove(rctx, res.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil && !cerrdefs.IsNotFound(rerr) {
-			d.log.Warn("remove disk helper", "container", res.ID, "err", rerr)
+	s := &standing{id: res.ID, folder: folder, ready: make(chan struct{}), done: make(chan struct{}), pending: map[uint64]chan answer{}}
+	fail := func(err error) (*standing, error) {
+		if s.conn.Conn != nil {
+			d.endHelper(s)
+		} else {
+			d.removeHelper(ctx, s.id)
 		}
-		return "", fmt.Errorf("start disk helper container from %s: %w (%w)", image, d.engineErr(err), errNotStarted)
+		return nil, fmt.Errorf("start disk helper container from %s: %w (%w)", image, err, errNotStarted)
 	}
-	return res.ID, nil
+	att, err := d.cli.ContainerAttach(ctx, s.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(d.engineErr(err))
+	}
+	s.conn = att.HijackedResponse
+	go s.read()
+	if _, err := d.cli.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+		return fail(d.engineErr(err))
+	}
+	select {
+	case <-s.ready:
+		return s, nil
+	case <-s.done:
+		return fail(s.goneErr())
+	case <-ctx.Done():
+		return fail(fmt.Errorf("not ready: %w", ctx.Err()))
+	}
 }
 
-// execStep runs script with args as an exec in the helper id and returns
-// its output (at most maxStepOutput), or an error with the output when it
-// exits with another code than 0.
-func (d *Docker) execStep(ctx context.Context, id, script string, args []string) (string, error) {
-	gone := func(err error) bool { return cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) }
-	x, err := d.cli.ExecCreate(ctx, id, client.ExecCreateOptions{
-		User:         "0:0",
-		TTY:          true, // one plain output stream
-		AttachStdout: true,
-		AttachStderr: true,
-		Cmd:          append([]string{"/bin/sh", "-c", script, "berth-disk"}, args...),
-	})
-	if gone(err) {
-		return "", fmt.Errorf("run a step in disk helper %s: %w (%w, %w)", id, d.engineErr(err), errHelperGone, errNotStarted)
-	}
-	if err != nil {
-		return "", fmt.Errorf("run a step in disk helper %s: %w (%w)", id, d.engineErr(err), errNotStarted)
-	}
-	att, err := d.cli.ExecAttach(ctx, x.ID, client.ExecAttachOptions{TTY: true})
-	if gone(err) {
-		return "", fmt.Errorf("run a step in disk helper %s: %w (%w, %w)", id, d.engineErr(err), errHelperGone, errNotStarted)
-	}
-	if err != nil {
-		return "", fmt.Errorf("run a step in disk helper %s: %w", id, d.engineErr(err))
-	}
-	defer att.Close()
-	stop := context.AfterFunc(ctx, func() { att.Close() })
-	defer stop()
-	var b bytes.Buffer
-	if _, err := io.Copy(&b, io.LimitReader(att.Reader, maxStepOutput)); err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return "", fmt.Errorf("read the disk helper's output: %w", err)
-	}
-	code, pid, err := d.execExit(ctx, x.ID)
-	if err != nil {
-		return "", err
-	}
-	if code != 0 && pid == 0 {
-		// The engine could not start the shell (an image without one).
-		return "", fmt.Errorf("run a step in disk helper %s: %s (%w)", id, strings.TrimSpace(b.String()), errNotStarted)
-	}
-	if code != 0 {
-		return "", fmt.Errorf("disk helper step exited with %d: %s", code, strings.TrimSpace(b.String()))
-	}
-	return b.String(), nil
+// endHelper closes the connection to a standing helper, which ends it, and
+// removes its container.
+func (d *Docker) endHelper(s *standing) {
+	s.conn.Close()
+	<-s.done
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	d.removeHelper(ctx, s.id)
 }
 
-// execExit waits for an exec whose output has ended to be seen as done by
-// the engine, and returns its exit code and its process id (0 when the
-// engine could not start it).
-func (d *Docker) execExit(ctx context.Context, execID string) (code, pid int, err error) {
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		res, err := d.cli.ExecInspect(ctx, execID, client.ExecInspectOptions{})
-		if err != nil {
-			return 0, 0, fmt.Errorf("read the disk helper step's exit: %w", d.engineErr(err))
+func (d *Docker) removeHelper(ctx context.Context, id string) {
+	_, err := d.cli.ContainerRemove(context.WithoutCancel(ctx), id, client.ContainerRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) { // Conflict: its removal is under way
+		d.log.Warn("remove disk helper", "container", id, "err", err)
+	}
+}
+
+func (s *standing) alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone == nil
+}
+
+// busy reports whether steps wait for their answers.
+func (s *standing) busy() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending) > 0
+}
+
+func (s *standing) goneErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone
+}
+
+// call sends a step and waits for its answer: its output, or an error with
+// the output when its code is not 0.
+func (s *standing) call(ctx context.Context, op string, args []string) (string, error) {
+	ch := make(chan answer, 1)
+	s.mu.Lock()
+	if s.gone != nil {
+		err := s.gone
+		s.mu.Unlock()
+		return "", fmt.Errorf("%w (%w)", err, errNotStarted)
+	}
+	s.next++
+	id := s.next
+	s.pending[id] = ch
+	s.mu.Unlock()
+	forget := func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}
+
+	line := strconv.FormatUint(id, 10) + " " + op + " " + strings.Join(args, " ") + "\n"
+	s.wmu.Lock()
+	deadline, _ := ctx.Deadline()
+	s.conn.Conn.SetWriteDeadline(deadline)
+	_, err := io.WriteString(s.conn.Conn, line)
+	s.wmu.Unlock()
+	if err != nil {
+		// A line cut short is never run: the helper's input ends with
+		// the connection, and read ends the loop without it.
+		forget()
+		s.conn.Close()
+		return "", fmt.Errorf("send a step to disk helper %s: %w (%w, %w)", s.id, err, errHelperGone, errNotStarted)
+	}
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return "", a.err
 		}
-		if !res.Running {
-			return res.ExitCode, res.PID, nil
+		if a.code != 0 {
+			return "", fmt.Errorf("disk helper step exited with %d: %s", a.code, strings.TrimSpace(a.out))
 		}
+		return a.out, nil
+	case <-ctx.Done():
+		forget()
+		return "", fmt.Errorf("disk helper step %s: %w", op, ctx.Err())
+	}
+}
+
+// read reads the engine's stream from the helper (frames of an 8-byte
+// header, the stream in its first byte and the length in the last four,
+// then the bytes) until it ends, and hands each answer to its step.
+func (s *standing) read() {
+	var err error
+	defer func() {
+		s.mu.Lock()
+		s.gone = fmt.Errorf("disk helper %s: %w (%v; it said %q)", s.id, errHelperGone, err, strings.TrimSpace(string(s.stderr)))
+		for id, ch := range s.pending {
+			ch <- answer{err: s.gone}
+			delete(s.pending, id)
+		}
+		s.mu.Unlock()
+		s.conn.Close()
+		close(s.done)
+	}()
+	var (
+		hdr  [8]byte
+		buf  []byte
+		line []byte
+	)
+	for {
+		if _, err = io.ReadFull(s.conn.Reader, hdr[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(hdr[4:])
+		if n > maxFrame {
+			err = fmt.Errorf("a frame of %d bytes, more than %d", n, maxFrame)
+			return
+		}
+		buf = slices.Grow(buf[:0], int(n))[:n]
+		if _, err = io.ReadFull(s.conn.Reader, buf); err != nil {
+			return
+		}
+		if hdr[0] == 2 { // stderr
+			s.mu.Lock()
+			s.stderr = append(s.stderr, buf...)
+			s.stderr = s.stderr[max(0, len(s.stderr)-maxStepOutput):]
+			s.mu.Unlock()
+			continue
+		}
+		line = append(line, buf...)
+		for {
+			i := bytes.IndexByte(line, '\n')
+			if i < 0 {
+				break
+			}
+			if err = s.answer(string(line[:i])); err != nil {
+				return
+			}
+			line = line[i+1:]
+		}
+		if len(line) > maxAnswerLine {
+			err = fmt.Errorf("an answer longer than %d bytes", maxAnswerLine)
+			return
+		}
+		line = slices.Clone(line)
+	}
+}
+
+// answer hands one line of the helper's output to its step.
+func (s *standing) answer(line string) error {
+	if line == readyLine {
 		select {
-		case <-ctx.Done():
-			return 0, 0, fmt.Errorf("read the disk helper step's exit: %w", ctx.Err())
-		case <-time.After(wait):
+		case <-s.ready:
+			return errors.New("said it was ready twice")
+		default:
+			close(s.ready)
+			return nil
 		}
 	}
+	f := strings.SplitN(line, " ", 3)
+	if len(f) != 3 {
+		return fmt.Errorf("answered %q", line)
+	}
+	id, err1 := strconv.ParseUint(f[0], 10, 64)
+	code, err2 := strconv.Atoi(f[1])
+	out, err3 := hex.DecodeString(f[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("answered %q: %w", line, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.pending[id]; ok {
+		ch <- answer{code: code, out: string(out)}
+		delete(s.pending, id)
+	}
+	return nil
 }
 
 // helperConfig is the container config of a disk helper of image.

@@ -113,8 +113,8 @@ func (d *Docker) Close() error {
 	if d.pool != nil {
 		d.pool.close(ctx)
 	}
-	d.helpers.close(ctx)
 	cancel()
+	d.helpers.close()
 	return d.cli.Close()
 }
 

@@ -145,7 +145,19 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
 	[ $i = 10 ] && exit 1
 	sleep 1
 done
-l=$(loops | head -n 1)
+# The device whose backing file this helper named $f, when its filesystem
+# is f's, is the one; otherwise (a helper of another kind attached the same
+# name) every loop device is looked at.
+u=$(uuid "$f")
+l=
+for s in /sys/block/loop*; do
+	[ -e "$s/loop/backing_file" ] || continue
+	read -r b <"$s/loop/backing_file" || continue
+	[ "$b" = "$f" ] && [ "$(uuid "/dev/${s##*/}")" = "$u" ] || continue
+	l=/dev/${s##*/}
+	break
+done
+[ -n "$l" ] || l=$(loops | head -n 1)
 [ -n "$l" ] || { echo "no loop device took $f" >&2; exit 1; }
 m=$(mktemp -d /m/d.XXXXXX)
 trap 'umount "$m" 2>/dev/null || :; rmdir "$m" 2>/dev/null || :' EXIT
@@ -196,7 +208,7 @@ func (d *Docker) createHome(ctx context.Context, computerID, image string, label
 	if err != nil {
 		return err
 	}
-	out, err := d.diskStep(ctx, image, disk, makeScript,
+	out, err := d.diskStep(ctx, image, disk, opMake,
 		strconv.FormatInt(d.opts.DiskMB<<20, 10), User)
 	if errors.Is(err, errNotStarted) {
 		// Nothing was made in the volume: it can go without a release,
@@ -352,7 +364,7 @@ func (d *Docker) releaseDisk(ctx context.Context, v volume.Volume) error {
 	}
 	var errs []error
 	for _, im := range images {
-		_, err := d.diskStep(ctx, im, v, releaseScript)
+		_, err := d.diskStep(ctx, im, v, opRelease)
 		if err == nil {
 			return nil
 		}
