@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -378,13 +379,11 @@ func TestStepArguments(t *testing.T) {
 	}
 }
 
-// TestStandingHelperReapsSteps: many steps leave no processes behind in
-// the helper (each step's processes are reaped), so its process limit is
-// never used up over a long life.
-func TestStandingHelperReapsSteps(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	d := newTestDocker(t, ctx, Options{DiskMB: 16})
-	v, err := d.makeVolume(ctx, DiskPrefix+"reap-"+randomID(t), map[string]string{providers.LabelManaged: "true"}, nil)
+// emptyDiskVolume makes a disk volume with no disk in it, which release
+// steps find nothing to do in.
+func emptyDiskVolume(t *testing.T, ctx context.Context, d *Docker) volume.Volume {
+	t.Helper()
+	v, err := d.makeVolume(ctx, DiskPrefix+"empty-"+randomID(t), map[string]string{providers.LabelManaged: "true"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,6 +392,16 @@ func TestStandingHelperReapsSteps(t *testing.T) {
 		defer cancel()
 		d.removeVolume(ctx, v, true)
 	})
+	return v
+}
+
+// TestStandingHelperReapsSteps: many steps leave no processes behind in
+// the helper (each step's processes are reaped), so its process limit is
+// never used up over a long life.
+func TestStandingHelperReapsSteps(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	d := newTestDocker(t, ctx, Options{DiskMB: 16})
+	v := emptyDiskVolume(t, ctx, d)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -424,15 +433,7 @@ func TestStandingHelperReplacedAfterItsUse(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	clk := clock.NewFake(time.Now())
 	d := newTestDocker(t, ctx, Options{DiskMB: 16, Clock: clk})
-	v, err := d.makeVolume(ctx, DiskPrefix+"use-"+randomID(t), map[string]string{providers.LabelManaged: "true"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := cleanupContext()
-		defer cancel()
-		d.removeVolume(ctx, v, true)
-	})
+	v := emptyDiskVolume(t, ctx, d)
 	step := func() {
 		t.Helper()
 		if _, err := d.diskStep(ctx, testImage, v, opRelease); err != nil {
