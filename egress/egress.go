@@ -108,7 +108,9 @@ type Config struct {
 	// IdleTimeout closes a tunnel after this long without a byte either
 	// way. Bytes are also seen in the sockets' kernel counters, which
 	// are read every quarter of the timeout, so a tunnel closes between
-	// IdleTimeout and 1.25 times it after its last byte.
+	// IdleTimeout and 1.25 times it after its last byte. A plain GET or
+	// HEAD gives upstream as long to start its answer, and as long
+	// between any two reads of it.
 	IdleTimeout time.Duration
 	// LookupTimeout bounds one name resolution.
 	LookupTimeout time.Duration
@@ -231,7 +233,8 @@ type Proxy struct {
 	log       *slog.Logger
 	errLog    *log.Logger
 	clock     clock.Clock
-	transport *http.Transport
+	transport *http.Transport // plain requests but forwardPlain's
+	upstreams upstreamPool    // forwardPlain's idle connections
 
 	slots tunnelSlots
 	host  *hostAddrs // nil unless Config.BlockHost
@@ -309,7 +312,7 @@ func New(cfg Config) (*Proxy, error) {
 		MaxIdleConnsPerHost:    16,
 		IdleConnTimeout:        90 * time.Second,
 		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: 1 << 20,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 		DisableCompression:     true, // pass bodies through as they are
 	}
 	return p, nil
@@ -327,8 +330,10 @@ func (p *Proxy) blocked(a netip.Addr) bool {
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g := &group{}
+	back := newHandBack(ln.Addr())
+	g := &group{back: back}
 	base := context.WithValue(ctx, groupKey{}, g)
+	g.ctx = base
 	srv := &http.Server{
 		Handler:           p,
 		ReadHeaderTimeout: p.cfg.ReadHeaderTimeout,
@@ -347,6 +352,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	backDone := make(chan struct{})
+	go func() {
+		defer close(backDone)
+		srv.Serve(back)
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
@@ -356,12 +366,20 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 		cancel()
 		srv.Close()
 	}
+	back.Close()
+	<-backDone
 	g.wait()
-	p.transport.CloseIdleConnections()
+	p.closeIdle()
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("egress: serve: %w", err)
 	}
 	return nil
+}
+
+// closeIdle closes the idle upstream connections of plain requests.
+func (p *Proxy) closeIdle() {
+	p.transport.CloseIdleConnections()
+	p.upstreams.closeIdle()
 }
 
 // Stats returns a snapshot of the counters.
@@ -388,6 +406,9 @@ type record struct {
 	closed   string // why a tunnel was closed by the proxy
 	err      error
 	up, down atomic.Int64
+	// then runs after the connection is logged, in its handler's
+	// goroutine: keptConn serves the client's next requests there.
+	then func()
 }
 
 func (r *record) addUp(n int) {
@@ -409,7 +430,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.active.Add(1)
 	rec := &record{p: p, start: p.clock.Now(), method: r.Method}
-	defer p.finish(rec)
+	defer func() {
+		p.finish(rec)
+		if rec.then != nil {
+			rec.then()
+		}
+	}()
 
 	// Nothing of the request is looked at before the credentials.
 	user, pass, _ := proxyAuth(r.Header.Get("Proxy-Authorization"))
@@ -544,8 +570,13 @@ func (p *Proxy) resolve(ctx context.Context, t target) (netip.Addr, Verdict, err
 
 var errTimeout = errors.New("timed out")
 
-// withTimeout is context.WithTimeout on the proxy's clock.
+// withTimeout is context.WithTimeout on the proxy's clock, with errTimeout
+// as the cause. On the system clock it is context.WithTimeoutCause itself,
+// which needs no goroutine to wait for the time.
 func (p *Proxy) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := p.clock.(clock.Real); ok {
+		return context.WithTimeoutCause(ctx, d, errTimeout)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	fire := p.clock.After(d)
 	stop := make(chan struct{})
@@ -584,10 +615,22 @@ func (p *Proxy) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
 // else can be dialled through it.
 func (p *Proxy) dialChecked(ctx context.Context, _, addr string) (net.Conn, error) {
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || p.blocked(ap.Addr()) {
-		return nil, errors.New("egress: refusing to dial an unchecked address")
+	if err != nil {
+		return nil, errUnchecked
 	}
-	return p.dial(ctx, ap)
+	return p.dialUpstream(ctx, ap)
+}
+
+var errUnchecked = errors.New("egress: refusing to dial an unchecked address")
+
+// dialUpstream connects to target for a plain request. Plain requests
+// only ever go to checked addresses; this checks again so that nothing
+// else can be dialled for them.
+func (p *Proxy) dialUpstream(ctx context.Context, target netip.AddrPort) (net.Conn, error) {
+	if p.blocked(target.Addr()) {
+		return nil, errUnchecked
+	}
+	return p.dial(ctx, target)
 }
 
 // refuse answers r with the status and header of v, records it, and
@@ -671,8 +714,12 @@ func (p *Proxy) finish(rec *record) {
 }
 
 // group counts the connections and handlers of one Serve, so that it can
-// wait for them.
+// wait for them. ctx ends with Serve; back takes the connections that
+// keptConn gives back to Serve's server.
 type group struct {
+	ctx  context.Context
+	back *handBack
+
 	mu   sync.Mutex
 	n    int
 	zero chan struct{}

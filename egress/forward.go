@@ -16,6 +16,14 @@ import (
 // clients tunnel them through CONNECT.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, rec *record, target netip.AddrPort, authority string) {
 	r.Header.Del("Upgrade")
+	if plainOnly(r, authority) {
+		if _, kept := w.(*connWriter); !kept && keepable(r) {
+			p.forwardKept(w, r, rec, target, authority)
+			return
+		}
+		p.forwardPlain(w, r, rec, target, authority)
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &countingBody{ReadCloser: r.Body, add: rec.addUp}
 	}

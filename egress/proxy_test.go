@@ -575,7 +575,7 @@ func TestAsHandler(t *testing.T) {
 	up := newUpstream(t, false, nil)
 	r.set("example.com", []netip.Addr{publicA})
 	dl.route(ap(publicA, 80), up.addr())
-	defer p.transport.CloseIdleConnections()
+	defer p.closeIdle()
 	req := httptest.NewRequestWithContext(testContext(t), http.MethodGet, "http://example.com/h", nil)
 	req.Header.Set("Proxy-Authorization", basic(computer, d.Derive("egress", computer)))
 	w := httptest.NewRecorder()

@@ -13,3 +13,6 @@ func rawConn(net.Conn) syscall.RawConn { return nil }
 
 // waitReadable is never called here (rawConn is always nil).
 func waitReadable(syscall.RawConn) error { return nil }
+
+// peerClosed is never called here (rawConn is always nil).
+func peerClosed(syscall.RawConn) bool { return false }

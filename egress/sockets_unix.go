@@ -38,3 +38,21 @@ func waitReadable(rc syscall.RawConn) error {
 		}
 	})
 }
+
+// peerClosed reports whether the peer of the socket behind rc has closed
+// it or reset it, without reading a byte.
+func peerClosed(rc syscall.RawConn) bool {
+	var b [1]byte
+	closed := false
+	rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			closed = n == 0 && err == nil || err != nil && !errors.Is(err, unix.EAGAIN)
+			return true
+		}
+	})
+	return closed
+}
