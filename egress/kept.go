@@ -71,12 +71,32 @@ func (p *Proxy) forwardKept(w http.ResponseWriter, r *http.Request, rec *record,
 		// Given back before, and all its early bytes read since.
 		conn = bc.Conn
 	}
-	kc := &keptConn{p: p, g: g, conn: conn, br: brw.Reader, bw: brw.Writer, watched: make(chan struct{}, 1)}
+	// net/http no longer closes the connection when Serve ends.
+	stop := context.AfterFunc(g.ctx, func() { conn.Close() })
+	bw := brw.Writer
+	bw.Reset(clientWriter{conn, p.cfg.IdleTimeout})
+	kc := &keptConn{p: p, g: g, conn: conn, br: brw.Reader, bw: bw, watched: make(chan struct{}, 1)}
 	kc.timer = time.AfterFunc(time.Hour, kc.watchClient)
 	kc.timer.Stop()
 	cw := newConnWriter(kc.bw, r)
 	p.forwardPlain(cw, r, rec, target, authority)
-	rec.then = func() { kc.serve(cw) }
+	rec.then = func() {
+		defer stop()
+		kc.serve(cw)
+	}
+}
+
+// clientWriter writes to a kept client connection, each write within
+// timeout: a client that takes no byte of an answer for IdleTimeout is
+// gone, as a tunnel that moves none for as long is idle.
+type clientWriter struct {
+	conn    net.Conn
+	timeout time.Duration
+}
+
+func (w clientWriter) Write(p []byte) (int, error) {
+	w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.conn.Write(p)
 }
 
 // serve ends the answer in first and serves the connection's next
@@ -88,8 +108,6 @@ func (kc *keptConn) serve(first *connWriter) {
 		kc.conn.Close()
 		return
 	}
-	stop := context.AfterFunc(kc.g.ctx, func() { kc.conn.Close() })
-	defer stop()
 	for {
 		r, n, err := kc.next()
 		if err != nil {
@@ -97,6 +115,8 @@ func (kc *keptConn) serve(first *connWriter) {
 			return
 		}
 		if r == nil {
+			// net/http sets the deadlines it needs, and a tunnel none.
+			kc.conn.SetDeadline(time.Time{})
 			if !kc.g.back.give(&bufConn{Conn: kc.conn, r: kc.br}) {
 				kc.conn.Close()
 			}

@@ -2,9 +2,11 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthdev/berth/internal/testkit"
+	"github.com/berthdev/berth/internal/token"
 )
 
 // rawUpstream is a loopback server that answers each connection with
@@ -545,4 +548,86 @@ func TestPlainKeptServeEnds(t *testing.T) {
 	}
 	// The harness's cleanup ends Serve, which must not hang on the
 	// kept connection; its leak check sees no goroutine left.
+}
+
+// serveCancel serves a proxy for computer and c-other like start, but
+// leaves ending Serve to the test: cancel ends it, and served reports
+// its return.
+func serveCancel(t *testing.T, edit func(*Config)) (h *harness, cancel context.CancelFunc, served <-chan error) {
+	t.Helper()
+	d := deriver(t)
+	h = &harness{t: t, resolver: newFakeResolver(), dialer: newMapDialer(t), events: &events{},
+		password: d.Derive(token.Egress, computer)}
+	cfg := Config{Authenticate: authenticator(d, computer, "c-other"), Resolver: h.resolver, Dialer: h.dialer,
+		Logger: slog.New(slog.DiscardHandler)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.p = p
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Serve(ctx, ln) }()
+	t.Cleanup(cancel)
+	return h, cancel, errc
+}
+
+// bigAnswer is an answer far larger than socket buffers hold.
+func bigAnswer(*http.Request) string {
+	return "HTTP/1.1 200 OK\r\nContent-Length: 67108864\r\n\r\n" + strings.Repeat("x", 64<<20)
+}
+
+// Ending Serve closes a kept connection whose client takes no byte of
+// the first answer.
+func TestPlainKeptServeEndsClientNotReading(t *testing.T) {
+	h, cancel, served := serveCancel(t, nil)
+	up := newRawUpstream(t, answerEach(bigAnswer))
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	cl := h.dialClient(t)
+	io.WriteString(cl.c, "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n")
+	testkit.EventuallyContext(t, testContext(t), "the request upstream", func() bool { return up.conns.Load() == 1 })
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		cl.c.Close()
+		<-served
+		t.Fatal("Serve still running 10 s after it was ended")
+	}
+}
+
+// A client that takes no byte of an answer for IdleTimeout loses its
+// connection, as an idle tunnel does.
+func TestPlainKeptClientNotReading(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	h := start(t, func(c *Config) { c.IdleTimeout = idle })
+	up := newRawUpstream(t, answerEach(bigAnswer))
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	for _, first := range []bool{true, false} {
+		cl := h.dialClient(t)
+		if !first {
+			h.resolver.set("ok.example", []netip.Addr{publicB})
+			ok := newUpstream(t, false, nil)
+			h.dialer.route(ap(publicB, 80), ok.addr())
+			cl.get("http://ok.example/")
+		}
+		io.WriteString(cl.c, "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n")
+		time.Sleep(10 * idle)
+		cl.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := io.Copy(io.Discard, cl.br)
+		if isTimeout(err) || n >= 64<<20 {
+			t.Errorf("first=%v: read %d bytes, then %v", first, n, err)
+		}
+	}
 }
