@@ -160,6 +160,9 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, target netip.Ad
 			}
 			u = newUpConn(c, target)
 		}
+		// The deadline is set before the watch, which may end it at once.
+		u.conn.SetDeadline(time.Now().Add(p.cfg.IdleTimeout))
+		u.nread = 0
 		u.watch(r.Context())
 		resp, err := p.roundTrip(w, r, u, authority)
 		if err == nil {
@@ -175,11 +178,9 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, target netip.Ad
 
 // roundTrip writes the head of r on u and reads the head of the answer.
 func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, u *upConn, authority string) (*http.Response, error) {
-	u.conn.SetDeadline(time.Now().Add(p.cfg.IdleTimeout))
 	if err := writeHead(u.bw, r, authority); err != nil {
 		return nil, err
 	}
-	u.nread = 0
 	for n := 0; ; n++ {
 		u.limit = maxResponseHeaderBytes
 		resp, err := http.ReadResponse(u.br, r)

@@ -631,3 +631,25 @@ func TestPlainKeptClientNotReading(t *testing.T) {
 		}
 	}
 }
+
+// An idle upstream connection that upstream reset is replaced by a new
+// one for the next request, though the request's write is what fails.
+func TestPlainResetUpstream(t *testing.T) {
+	h := start(t, nil)
+	up := newRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		c.(*net.TCPConn).SetLinger(0) // the close resets
+	})
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	cl := h.dialClient(t)
+	for i := range 5 {
+		if resp, body := cl.get("http://example.com/"); resp.StatusCode != http.StatusOK || body != "ok" {
+			t.Errorf("request %d: %s %q", i, resp.Status, body)
+		}
+		// Let the reset arrive before the next request.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
