@@ -83,7 +83,9 @@ func (p *Proxy) forwardPlain(w http.ResponseWriter, r *http.Request, rec *record
 		}
 		return
 	}
-	if u.unwatch() && !resp.Close && u.br.Buffered() == 0 {
+	// An upstream that sends a body after its answer to a HEAD would
+	// leave it for the next request: those connections are not kept.
+	if u.unwatch() && !resp.Close && u.br.Buffered() == 0 && r.Method != http.MethodHead {
 		p.upstreams.put(u)
 	} else {
 		u.close()

@@ -653,3 +653,68 @@ func TestPlainResetUpstream(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Bytes that upstream sends on an idle connection after an answer are
+// never taken as the answer to the next request on it, which may be
+// another computer's for another host at the same address.
+func TestPlainIdleUpstreamSpeaks(t *testing.T) {
+	h := start(t, nil)
+	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
+		if r.Host == "evil.example" {
+			return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" +
+				"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON"
+		}
+		if r.Method == http.MethodHead {
+			return "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood"
+	}))
+	// Sent apart, so that the second answer comes to an idle connection.
+	up2 := newRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			r, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if r.Host == "evil.example:81" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+				time.Sleep(50 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON")
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood")
+		}
+	})
+	for _, name := range []string{"evil.example", "victim.example"} {
+		h.resolver.set(name, []netip.Addr{publicA})
+	}
+	h.dialer.route(ap(publicA, 80), up.addr())
+	h.dialer.route(ap(publicA, 81), up2.addr())
+	other := deriver(t).Derive(token.Egress, "c-other")
+	for _, port := range []string{"", ":81"} {
+		cl := h.dialClient(t)
+		cl.get("http://evil.example" + port + "/")
+		time.Sleep(200 * time.Millisecond)
+		victim := h.dialClient(t)
+		victim.c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(victim.c, "GET http://victim.example"+port+"/ HTTP/1.1\r\nHost: victim.example"+port+
+			"\r\nProxy-Authorization: "+basic("c-other", other)+"\r\n\r\n")
+		resp, err := http.ReadResponse(victim.br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, err := io.ReadAll(resp.Body); err != nil || string(body) != "good" {
+			t.Errorf("port %q: the other computer got %v %q", port, err, body)
+		}
+	}
+	// An upstream may send a body after its answer to a HEAD, any time:
+	// its connection is not kept.
+	h.dialer.route(ap(publicA, 82), up.addr())
+	cl := h.dialClient(t)
+	if resp, _, err := cl.do(http.MethodHead, "http://victim.example:82/", ""); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD: %v %v", err, resp)
+	}
+	if n := h.p.upstreams.idleConns(ap(publicA, 82)); n != 0 {
+		t.Errorf("%d idle connections after a HEAD", n)
+	}
+}

@@ -16,3 +16,7 @@ func waitReadable(syscall.RawConn) error { return nil }
 
 // peerClosed is never called here (rawConn is always nil).
 func peerClosed(syscall.RawConn) bool { return false }
+
+// quiet is always false here: an idle upstream connection that cannot be
+// looked at is not used again.
+func quiet(net.Conn) bool { return false }

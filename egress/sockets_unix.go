@@ -56,3 +56,26 @@ func peerClosed(rc syscall.RawConn) bool {
 	})
 	return closed
 }
+
+// quiet reports whether the socket behind c has nothing to read and no
+// end or error waiting, without reading a byte; false when c is not a
+// socket.
+func quiet(c net.Conn) bool {
+	rc := rawConn(c)
+	if rc == nil {
+		return false
+	}
+	var b [1]byte
+	quiet := false
+	err := rc.Control(func(fd uintptr) {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			quiet = errors.Is(err, unix.EAGAIN)
+			return
+		}
+	})
+	return err == nil && quiet
+}

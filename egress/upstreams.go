@@ -120,7 +120,22 @@ type upstreamPool struct {
 }
 
 // get takes the most recently used idle connection to target, or nil.
+// Nothing reads an idle connection: one on which upstream has sent
+// anything meanwhile (bytes, an end, a reset) is closed, not used, so
+// that late bytes are never taken for the next request's answer, which
+// may be another computer's.
 func (p *upstreamPool) get(target netip.AddrPort) *upConn {
+	for {
+		u := p.take(target)
+		if u == nil || quiet(u.conn) {
+			return u
+		}
+		u.close()
+	}
+}
+
+// take takes the most recently used idle connection to target, or nil.
+func (p *upstreamPool) take(target netip.AddrPort) *upConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cs := p.idle[target]
