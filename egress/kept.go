@@ -157,6 +157,12 @@ func (kc *keptConn) next() (*http.Request, int, error) {
 		b, _ = kc.br.Peek(kc.br.Buffered())
 		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
 			b = b[:i+4]
+		}
+		if bareLF(b) {
+			// net/http reads such heads; where they end is its to find.
+			return nil, 0, nil
+		}
+		if bytes.HasSuffix(b, []byte("\r\n\r\n")) {
 			break
 		}
 		if len(b) == kc.br.Size() || len(b) >= cfg.MaxHeaderBytes {
@@ -177,10 +183,21 @@ func (kc *keptConn) next() (*http.Request, int, error) {
 		kc.parse.Reset(&kc.head)
 	}
 	r, err := http.ReadRequest(kc.parse)
-	if err != nil || !validHostLine(b) || !serves(r) {
+	if err != nil || kc.parse.Buffered() > 0 || !validHostLine(b) || !serves(r) {
 		return nil, 0, nil
 	}
 	return r, len(b), nil
+}
+
+// bareLF reports whether b has a line feed without a carriage return
+// before it.
+func bareLF(b []byte) bool {
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			return true
+		}
+	}
+	return false
 }
 
 // validHostLine reports whether head has a Host line with a valid value,

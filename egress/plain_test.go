@@ -718,3 +718,35 @@ func TestPlainIdleUpstreamSpeaks(t *testing.T) {
 		t.Errorf("%d idle connections after a HEAD", n)
 	}
 }
+
+// A request head whose lines end in a bare LF, which net/http accepts, is
+// answered on a kept connection too, with a request pipelined after it.
+func TestPlainKeptBareLF(t *testing.T) {
+	h := start(t, func(c *Config) { c.ReadHeaderTimeout = time.Minute })
+	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(r.URL.Path), r.URL.Path)
+	}))
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	lf := strings.ReplaceAll("GET http://example.com/lf HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n", "\r\n", "\n")
+	crlf := "GET http://example.com/crlf HTTP/1.1\r\nHost: example.com\r\n" + h.auth() + "\r\n"
+	for _, kept := range []bool{false, true} {
+		for _, reqs := range [][]string{{lf}, {lf, crlf}} {
+			cl := h.dialClient(t)
+			if kept {
+				cl.get("http://example.com/")
+			}
+			cl.c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(cl.c, strings.Join(reqs, ""))
+			for i, want := range []string{"/lf", "/crlf"}[:len(reqs)] {
+				resp, err := http.ReadResponse(cl.br, nil)
+				if err != nil {
+					t.Fatalf("kept=%v, answer %d of %d: %v", kept, i, len(reqs), err)
+				}
+				if body, _ := io.ReadAll(resp.Body); string(body) != want {
+					t.Errorf("kept=%v, answer %d of %d: %q", kept, i, len(reqs), body)
+				}
+			}
+		}
+	}
+}
