@@ -67,10 +67,7 @@ func (p *Proxy) forwardKept(w http.ResponseWriter, r *http.Request, rec *record,
 		p.forwardPlain(w, r, rec, target, authority)
 		return
 	}
-	if bc, ok := conn.(*bufConn); ok && (bc.r == nil || bc.r.Buffered() == 0) {
-		// Given back before, and all its early bytes read since.
-		conn = bc.Conn
-	}
+	conn = unwrapConn(conn)
 	// net/http no longer closes the connection when Serve ends.
 	stop := context.AfterFunc(g.ctx, func() { conn.Close() })
 	bw := brw.Writer
@@ -299,6 +296,15 @@ func (l *handBack) Addr() net.Addr { return l.addr }
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader
+}
+
+// unwrapConn returns the connection under c when c is a bufConn whose
+// early bytes have all been read, so that the socket itself is seen.
+func unwrapConn(c net.Conn) net.Conn {
+	if bc, ok := c.(*bufConn); ok && (bc.r == nil || bc.r.Buffered() == 0) {
+		return bc.Conn
+	}
+	return c
 }
 
 func (c *bufConn) Read(p []byte) (int, error) {

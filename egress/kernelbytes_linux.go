@@ -11,6 +11,9 @@ import (
 // none of them is a TCP connection whose counters can be read.
 func kernelBytes(cs ...net.Conn) (n uint64, ok bool) {
 	for _, c := range cs {
+		if bc, ok := c.(*bufConn); ok {
+			c = bc.Conn // its counters are the socket's
+		}
 		tc, isTCP := c.(*net.TCPConn)
 		if !isTCP {
 			continue

@@ -750,3 +750,26 @@ func TestPlainKeptBareLF(t *testing.T) {
 		}
 	}
 }
+
+// A CONNECT on a connection that was kept tunnels as on a new one: a
+// quiet tunnel holds no buffer.
+func TestPlainKeptConnectQuiet(t *testing.T) {
+	h := start(t, nil)
+	up := newUpstream(t, false, nil)
+	echo := newEchoServer(t)
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	h.dialer.route(ap(publicA, 7), echo.addr())
+	cl := h.dialClient(t)
+	cl.get("http://example.com/a")
+	cl.get("http://example.com/a")
+	io.WriteString(cl.c, "CONNECT example.com:7 HTTP/1.1\r\nHost: example.com:7\r\n"+h.auth()+"\r\n")
+	resp, err := http.ReadResponse(cl.br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %v %v", err, resp)
+	}
+	if err := roundTrip(t, cl.c, cl.br, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	waitBuffered(t, 0, "a quiet tunnel after kept requests")
+}

@@ -35,6 +35,9 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request, rec *record, targ
 		return
 	}
 	rec.verdict = VerdictAllowed
+	// A connection that keptConn gave back is seen as the socket it is,
+	// as a new one is, for the waits and counters of the tunnel.
+	client = unwrapConn(client)
 	// Bytes the client sent right after its request are already buffered.
 	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	early = append([]byte(nil), early...)
