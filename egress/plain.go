@@ -200,8 +200,11 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, u *upConn, aut
 			return nil, fmt.Errorf("more than %d informational answers", max1xx)
 		}
 		h := w.Header()
+		conn := resp.Header["Connection"]
 		for k, vs := range resp.Header {
-			h[k] = vs
+			if !hopByHop(k, conn) {
+				h[k] = vs
+			}
 		}
 		w.WriteHeader(code)
 		clear(h)

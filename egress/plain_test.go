@@ -773,3 +773,33 @@ func TestPlainKeptConnectQuiet(t *testing.T) {
 	}
 	waitBuffered(t, 0, "a quiet tunnel after kept requests")
 }
+
+// Hop-by-hop headers stay out of informational answers too.
+func TestPlain1xxHeaders(t *testing.T) {
+	h := start(t, nil)
+	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
+		return "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n\r\n" +
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	}))
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	cl := h.dialClient(t)
+	for i := range 2 {
+		cl.c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(cl.c, "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n")
+		resp, err := http.ReadResponse(cl.br, nil)
+		if err != nil || resp.StatusCode != http.StatusEarlyHints || resp.Header.Get("Link") != "</s.css>" {
+			t.Fatalf("request %d: %v %v", i, err, resp)
+		}
+		for _, k := range []string{"Connection", "X-Hop", "Keep-Alive"} {
+			if v := resp.Header.Get(k); v != "" {
+				t.Errorf("request %d: 103 with %s: %q", i, k, v)
+			}
+		}
+		resp, err = http.ReadResponse(cl.br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %v %v", i, err, resp)
+		}
+		io.Copy(io.Discard, resp.Body)
+	}
+}
