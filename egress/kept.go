@@ -101,6 +101,14 @@ func (w clientWriter) Write(p []byte) (int, error) {
 // Serve ends, or a request comes that net/http must serve. It runs after
 // the first request is logged, in its handler's goroutine.
 func (kc *keptConn) serve(first *connWriter) {
+	defer func() {
+		// net/http recovers a handler's panic but does not close a
+		// connection it no longer owns.
+		if v := recover(); v != nil {
+			kc.conn.Close()
+			panic(v)
+		}
+	}()
 	if !first.finish() {
 		kc.conn.Close()
 		return

@@ -580,10 +580,14 @@ func serveCancel(t *testing.T, edit func(*Config)) (h *harness, cancel context.C
 	return h, cancel, errc
 }
 
-// bigAnswer is an answer far larger than socket buffers hold.
-func bigAnswer(*http.Request) string {
+// bigAnswer is an answer far larger than socket buffers hold, made once
+// (call it before the timing starts: under the race detector making it
+// takes longer than a short IdleTimeout).
+func bigAnswer(*http.Request) string { return bigAnswerText() }
+
+var bigAnswerText = sync.OnceValue(func() string {
 	return "HTTP/1.1 200 OK\r\nContent-Length: 67108864\r\n\r\n" + strings.Repeat("x", 64<<20)
-}
+})
 
 // Ending Serve closes a kept connection whose client takes no byte of
 // the first answer.
@@ -611,6 +615,7 @@ func TestPlainKeptServeEndsClientNotReading(t *testing.T) {
 func TestPlainKeptClientNotReading(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	h := start(t, func(c *Config) { c.IdleTimeout = idle })
+	bigAnswer(nil)
 	up := newRawUpstream(t, answerEach(bigAnswer))
 	h.resolver.set("example.com", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 80), up.addr())
@@ -801,5 +806,35 @@ func TestPlain1xxHeaders(t *testing.T) {
 			t.Fatalf("request %d: %v %v", i, err, resp)
 		}
 		io.Copy(io.Discard, resp.Body)
+	}
+}
+
+// A panic while a kept connection's request is served closes the client's
+// connection, as net/http does for the connections it serves.
+func TestPlainKeptPanicClosesClient(t *testing.T) {
+	h := start(t, func(c *Config) {
+		inner := c.Authenticate
+		c.Authenticate = func(u, p string) (string, bool) {
+			if u == "boom" {
+				panic("boom")
+			}
+			return inner(u, p)
+		}
+	})
+	up := newRawUpstream(t, answerEach(func(*http.Request) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+	}))
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), up.addr())
+	for _, kept := range []bool{false, true} {
+		cl := h.dialClient(t)
+		if kept {
+			cl.get("http://example.com/a")
+		}
+		io.WriteString(cl.c, "GET http://example.com/b HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: "+basic("boom", "x")+"\r\n\r\n")
+		cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := cl.br.ReadByte(); err != io.EOF {
+			t.Errorf("kept=%v: after a panic the client read %v, want the connection closed", kept, err)
+		}
 	}
 }
