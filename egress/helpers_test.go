@@ -237,6 +237,10 @@ type harness struct {
 	events   *events
 	logs     *syncbuf.Buffer
 	password string // computer's egress password
+
+	stop     context.CancelFunc // ends Serve
+	served   chan struct{}      // closed when Serve has returned
+	serveErr error              // what it returned
 }
 
 // start serves a proxy for computer. edit may change the config first.
@@ -275,12 +279,16 @@ func start(t testing.TB, edit func(*Config)) *harness {
 	}
 	h.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ctx, ln) }()
+	h.stop, h.served = cancel, make(chan struct{})
+	go func() {
+		h.serveErr = p.Serve(ctx, ln)
+		close(h.served)
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
+		<-h.served
+		if h.serveErr != nil {
+			t.Errorf("Serve: %v", h.serveErr)
 		}
 		h.logs.StopEcho()
 	})

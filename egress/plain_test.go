@@ -2,11 +2,9 @@ package egress
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -197,8 +195,7 @@ func TestPlainUpstreamReuse(t *testing.T) {
 	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	for range 2 {
 		cl := h.dialClient(t)
 		for range 3 {
@@ -241,8 +238,7 @@ func TestPlainAnswerFraming(t *testing.T) {
 		}
 		return "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 
 	// The first request takes the connection over; the checks run on
@@ -314,8 +310,7 @@ func TestPlainUpstreamCutsAnswer(t *testing.T) {
 	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	// Each closes after its cut answer.
 	up2 := newRawUpstream(t, func(c net.Conn, br *bufio.Reader) {
 		http.ReadRequest(br)
@@ -366,8 +361,7 @@ func TestPlainHeadTooLarge(t *testing.T) {
 		b.WriteString("Content-Length: 2\r\n\r\nok")
 		return b.String()
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	for _, first := range []bool{true, false} {
 		cl := h.dialClient(t)
 		if !first {
@@ -403,8 +397,7 @@ func TestPlainSlowUpstream(t *testing.T) {
 		}
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	cl.get("http://example.com/")
 	t0 := time.Now()
@@ -433,8 +426,7 @@ func TestPlainStaleUpstream(t *testing.T) {
 		}
 		// Closed without a word, as a server whose idle timeout passed.
 	})
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	for i := range 3 {
 		if resp, body := cl.get("http://example.com/"); resp.StatusCode != http.StatusOK || body != "ok" {
@@ -462,8 +454,7 @@ func TestPlainClientGoes(t *testing.T) {
 			close(gone)
 		}
 	})
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	h.resolver.set("slow.example", []netip.Addr{publicB})
 	h.dialer.route(ap(publicB, 80), slow.addr())
 	cl := h.dialClient(t)
@@ -485,8 +476,7 @@ func TestPlainKeptHandsBack(t *testing.T) {
 	h := start(t, nil)
 	up := newUpstream(t, false, nil)
 	echo := newEchoServer(t)
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	h.dialer.route(ap(publicA, 7), echo.addr())
 	cl := h.dialClient(t)
 	for range 2 {
@@ -538,8 +528,7 @@ func TestPlainKeptServeEnds(t *testing.T) {
 	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	cl.get("http://example.com/")
 	cl.get("http://example.com/")
@@ -548,36 +537,6 @@ func TestPlainKeptServeEnds(t *testing.T) {
 	}
 	// The harness's cleanup ends Serve, which must not hang on the
 	// kept connection; its leak check sees no goroutine left.
-}
-
-// serveCancel serves a proxy for computer and c-other like start, but
-// leaves ending Serve to the test: cancel ends it, and served reports
-// its return.
-func serveCancel(t *testing.T, edit func(*Config)) (h *harness, cancel context.CancelFunc, served <-chan error) {
-	t.Helper()
-	d := deriver(t)
-	h = &harness{t: t, resolver: newFakeResolver(), dialer: newMapDialer(t), events: &events{},
-		password: d.Derive(token.Egress, computer)}
-	cfg := Config{Authenticate: authenticator(d, computer, "c-other"), Resolver: h.resolver, Dialer: h.dialer,
-		Logger: slog.New(slog.DiscardHandler)}
-	if edit != nil {
-		edit(&cfg)
-	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.p = p
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.addr = ln.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- p.Serve(ctx, ln) }()
-	t.Cleanup(cancel)
-	return h, cancel, errc
 }
 
 // bigAnswer is an answer far larger than socket buffers hold, made once
@@ -592,20 +551,19 @@ var bigAnswerText = sync.OnceValue(func() string {
 // Ending Serve closes a kept connection whose client takes no byte of
 // the first answer.
 func TestPlainKeptServeEndsClientNotReading(t *testing.T) {
-	h, cancel, served := serveCancel(t, nil)
+	h := start(t, nil)
 	up := newRawUpstream(t, answerEach(bigAnswer))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	io.WriteString(cl.c, "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n")
 	testkit.EventuallyContext(t, testContext(t), "the request upstream", func() bool { return up.conns.Load() == 1 })
 	time.Sleep(200 * time.Millisecond)
-	cancel()
+	h.stop()
 	select {
-	case <-served:
+	case <-h.served:
 	case <-time.After(10 * time.Second):
 		cl.c.Close()
-		<-served
+		<-h.served
 		t.Fatal("Serve still running 10 s after it was ended")
 	}
 }
@@ -617,8 +575,7 @@ func TestPlainKeptClientNotReading(t *testing.T) {
 	h := start(t, func(c *Config) { c.IdleTimeout = idle })
 	bigAnswer(nil)
 	up := newRawUpstream(t, answerEach(bigAnswer))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	for _, first := range []bool{true, false} {
 		cl := h.dialClient(t)
 		if !first {
@@ -647,8 +604,7 @@ func TestPlainResetUpstream(t *testing.T) {
 		}
 		c.(*net.TCPConn).SetLinger(0) // the close resets
 	})
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	for i := range 5 {
 		if resp, body := cl.get("http://example.com/"); resp.StatusCode != http.StatusOK || body != "ok" {
@@ -731,8 +687,7 @@ func TestPlainKeptBareLF(t *testing.T) {
 	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
 		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(r.URL.Path), r.URL.Path)
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	lf := strings.ReplaceAll("GET http://example.com/lf HTTP/1.1\r\nHost: example.com\r\n"+h.auth()+"\r\n", "\r\n", "\n")
 	crlf := "GET http://example.com/crlf HTTP/1.1\r\nHost: example.com\r\n" + h.auth() + "\r\n"
 	for _, kept := range []bool{false, true} {
@@ -762,8 +717,7 @@ func TestPlainKeptConnectQuiet(t *testing.T) {
 	h := start(t, nil)
 	up := newUpstream(t, false, nil)
 	echo := newEchoServer(t)
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	h.dialer.route(ap(publicA, 7), echo.addr())
 	cl := h.dialClient(t)
 	cl.get("http://example.com/a")
@@ -786,8 +740,7 @@ func TestPlain1xxHeaders(t *testing.T) {
 		return "HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n\r\n" +
 			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	cl := h.dialClient(t)
 	for i := range 2 {
 		cl.c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -824,8 +777,7 @@ func TestPlainKeptPanicClosesClient(t *testing.T) {
 	up := newRawUpstream(t, answerEach(func(*http.Request) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
 	}))
-	h.resolver.set("example.com", []netip.Addr{publicA})
-	h.dialer.route(ap(publicA, 80), up.addr())
+	h.exampleAt(up.addr())
 	for _, kept := range []bool{false, true} {
 		cl := h.dialClient(t)
 		if kept {
@@ -837,4 +789,11 @@ func TestPlainKeptPanicClosesClient(t *testing.T) {
 			t.Errorf("kept=%v: after a panic the client read %v, want the connection closed", kept, err)
 		}
 	}
+}
+
+// exampleAt makes example.com resolve to publicA, whose port 80 leads to
+// addr.
+func (h *harness) exampleAt(addr string) {
+	h.resolver.set("example.com", []netip.Addr{publicA})
+	h.dialer.route(ap(publicA, 80), addr)
 }
