@@ -147,14 +147,7 @@ func (cl *client) get(url string) (*http.Response, string) {
 // the first request of a connection and on the ones that follow.
 func TestPlainGetHeaders(t *testing.T) {
 	h := start(t, nil)
-	up := newUpstream(t, false, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Connection", "X-Up-Hop")
-		w.Header().Set("X-Up-Hop", "1")
-		w.Header().Set("Keep-Alive", "timeout=5")
-		w.Header().Set("Proxy-Authenticate", "Basic realm=upstream")
-		w.Header().Set("X-End", "kept")
-		io.WriteString(w, "ok")
-	})
+	up := newUpstream(t, false, hopHeaders)
 	h.resolver.set("example.com", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 8080), up.addr())
 	cl := h.dialClient(t)

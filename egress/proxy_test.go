@@ -161,16 +161,20 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// hopHeaders answers "ok" with hop-by-hop headers (one named in
+// Connection), an upstream's proxy challenge and an end-to-end header.
+func hopHeaders(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Connection", "X-Up-Hop")
+	w.Header().Set("X-Up-Hop", "1")
+	w.Header().Set("Keep-Alive", "timeout=5")
+	w.Header().Set("Proxy-Authenticate", "Basic realm=upstream")
+	w.Header().Set("X-End", "kept")
+	io.WriteString(w, "ok")
+}
+
 func TestHeadersForwarded(t *testing.T) {
 	h := start(t, nil)
-	up := newUpstream(t, false, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Connection", "X-Up-Hop")
-		w.Header().Set("X-Up-Hop", "1")
-		w.Header().Set("Keep-Alive", "timeout=5")
-		w.Header().Set("Proxy-Authenticate", "Basic realm=upstream")
-		w.Header().Set("X-End", "kept")
-		io.WriteString(w, "ok")
-	})
+	up := newUpstream(t, false, hopHeaders)
 	h.resolver.set("example.com", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 8080), up.addr())
 

@@ -98,7 +98,7 @@ const (
 // input ends. The loop is a job of its own, so that this shell, process 1,
 // waits all along and so reaps every step's processes, which the ( ... & )
 // form hands to it.
-const standingScript = `set -eu
+var standingScript = `set -eu
 mount --make-rprivate ` + volumesTarget + `
 for p in $(cut -d' ' -f5 /proc/self/mountinfo | grep '^` + volumesTarget + `/' || :); do
 	umount -l "$p" 2>/dev/null || :
@@ -115,7 +115,7 @@ while read -r id op f a b; do
 		o=/m/out.$id
 		c=0
 		sh -c "$s" berth-disk "$f" $a $b >"$o" 2>&1 || c=$?
-		echo "$id $c $(tail -c ` + "1024" + ` "$o" | od -An -tx1 | tr -d ' \n')"
+		echo "$id $c $(tail -c ` + strconv.Itoa(maxStepOutput) + ` "$o" | od -An -tx1 | tr -d ' \n')"
 		rm -f "$o"
 	) & )
 done <&3 &
@@ -353,13 +353,15 @@ func (d *Docker) startHelper(ctx context.Context, image, folder string) (*standi
 func (d *Docker) endHelper(s *standing) {
 	s.conn.Close()
 	<-s.done
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	d.removeHelper(ctx, s.id)
+	d.removeHelper(context.Background(), s.id)
 }
 
+// removeHelper force-removes a helper container, within cleanupTimeout
+// even when ctx is done.
 func (d *Docker) removeHelper(ctx context.Context, id string) {
-	_, err := d.cli.ContainerRemove(context.WithoutCancel(ctx), id, client.ContainerRemoveOptions{Force: true})
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) { // Conflict: its removal is under way
 		d.log.Warn("remove disk helper", "container", id, "err", err)
 	}

@@ -248,13 +248,7 @@ func (d *Docker) runHelper(ctx context.Context, image, diskVolume, script string
 		return "", fmt.Errorf("create helper container from %s: %w (%w)", image, d.engineErr(err), errNotStarted)
 	}
 	id := res.ID
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if _, err := d.cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			d.log.Warn("remove disk helper", "container", id, "err", err)
-		}
-	}()
+	defer d.removeHelper(ctx, id)
 	waitCtx, cancelWait := context.WithCancel(ctx)
 	wait := d.cli.ContainerWait(waitCtx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
 	waited := false
