@@ -326,7 +326,8 @@ func TestCallerDeadlineWins(t *testing.T) {
 // TestStreamsOutliveTheirOpening: the default deadline of a download or a
 // streamed exec bounds only its start; the stream itself lasts.
 func TestStreamsOutliveTheirOpening(t *testing.T) {
-	const callTimeout = 100 * time.Millisecond
+	// Long enough for a busy machine to open a file or start a process.
+	const callTimeout = 400 * time.Millisecond
 	home := t.TempDir()
 	srv := server.New(server.Config{TokenHash: token.Hash("tok"), Home: home, Version: "v1"})
 	ts := httptest.NewServer(srv)
@@ -349,7 +350,7 @@ func TestStreamsOutliveTheirOpening(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	s, err := c.ExecStream(context.Background(), computerd.StreamStart{Command: "sleep 0.4; echo hi", TimeoutMs: 10000}, &out, nil)
+	s, err := c.ExecStream(context.Background(), computerd.StreamStart{Command: "sleep 1.2; echo hi", TimeoutMs: 10000}, &out, nil)
 	if err != nil {
 		t.Fatalf("ExecStream: %v", err)
 	}
@@ -392,10 +393,11 @@ func (s *slowReader) Read(p []byte) (int, error) {
 // upload that keeps moving may take longer than the call timeout, and an
 // in-memory body keeps its length.
 func TestUploadDeadlineIsSilence(t *testing.T) {
-	// The upload takes 10 pauses of a sixth of the timeout: longer than
-	// the timeout in all, with room for a busy machine's scheduling in
-	// each silence.
-	const callTimeout = 600 * time.Millisecond
+	// The upload takes 10 pauses of an eighth of the timeout: longer than
+	// the timeout in all, with room in each silence for a machine busy
+	// with other tests: the last silence holds the server's fsync of the
+	// file and its folder, which once took more than 600 ms in CI.
+	const callTimeout = 3 * time.Second
 	home := t.TempDir()
 	srv := server.New(server.Config{TokenHash: token.Hash("tok"), Home: home, Version: "v1"})
 	ts := httptest.NewServer(srv)
@@ -404,7 +406,7 @@ func TestUploadDeadlineIsSilence(t *testing.T) {
 	c := computerd.NewClient(ts.URL, "tok", computerd.WithHTTPClient(ts.Client()), computerd.WithCallTimeout(callTimeout))
 
 	start := time.Now()
-	res, err := c.Upload(context.Background(), "slow.txt", &slowReader{n: 10, pause: callTimeout / 6}, 0)
+	res, err := c.Upload(context.Background(), "slow.txt", &slowReader{n: 10, pause: callTimeout / 8}, 0)
 	if err != nil || res.Bytes != 60 {
 		t.Fatalf("slow upload over %s = %+v, %v", time.Since(start).Round(time.Millisecond), res, err)
 	}
