@@ -1,0 +1,8 @@
+//go:build !linux
+
+package testkit
+
+import "time"
+
+// MachineCPUTime is 0 where /proc/stat does not exist.
+func MachineCPUTime() time.Duration { return 0 }
