@@ -16,6 +16,7 @@ import (
 
 	"github.com/berthdev/berth/internal/miniotest"
 	"github.com/berthdev/berth/internal/objstore"
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/supervisor"
 )
 
@@ -111,8 +112,12 @@ func BenchmarkSleep1GiB(b *testing.B) {
 		b.Fatalf("copy the home: %v: %s", err, msg)
 	}
 	out := filepath.Join(b.TempDir(), "base.tar.zst")
+	// The CPU the sleeps took, in this process (supervisor and computerd).
+	var cpu, wall time.Duration
 	ours, base := alternate(b, func() {
+		c0, t0 := testkit.CPUTime(), time.Now()
 		e.mustCall("POST", "/v1/agents/sleep/computer/stop", nil, 200, nil)
+		cpu, wall = cpu+testkit.CPUTime()-c0, wall+time.Since(t0)
 	}, func() {
 		cmd := exec.Command("sh", "-c", `tar -C "$1" -cf - . | zstd -1 -q -c > "$2"`, "sh", home, out)
 		if msg, err := cmd.CombinedOutput(); err != nil {
@@ -127,6 +132,7 @@ func BenchmarkSleep1GiB(b *testing.B) {
 	b.ReportMetric(r.Seconds(), "base-tar-zstd-s")
 	b.ReportMetric(o.Seconds()/r.Seconds(), "ratio")
 	b.ReportMetric(float64(size)/1e6/o.Seconds(), "sleep-MB/s")
+	b.ReportMetric(cpu.Seconds()/wall.Seconds(), "sleep-busy-cores")
 	b.ReportMetric(0, "ns/op")
 }
 
