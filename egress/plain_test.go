@@ -87,11 +87,24 @@ func answerEach(answer func(r *http.Request) string) func(net.Conn, *bufio.Reade
 				return
 			}
 			a, closing := strings.CutSuffix(a, closeAfter)
-			if _, err := io.WriteString(c, a); err != nil || closing {
+			if err := writeInPieces(c, a); err != nil || closing {
 				return
 			}
 		}
 	}
+}
+
+// writeInPieces writes s to c 64 KiB at a time, so that the head of a
+// large answer leaves at once rather than after s is copied whole.
+func writeInPieces(c net.Conn, s string) error {
+	for len(s) > 0 {
+		n := min(len(s), 64<<10)
+		if _, err := c.Write([]byte(s[:n])); err != nil {
+			return err
+		}
+		s = s[n:]
+	}
+	return nil
 }
 
 // client is a kept-alive connection to the proxy that sends requests as
