@@ -162,12 +162,8 @@ func (w *connWriter) abort() { w.broken = true }
 func (w *connWriter) sendHead(done bool) {
 	w.sent = true
 	h := w.h
-	trailers := h["Trailer"] != nil
-	for k := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			trailers = true
-		}
-	}
+	prefixed := trailerKeys(h)
+	trailers := h["Trailer"] != nil || len(prefixed) > 0
 	for _, v := range h["Trailer"] {
 		for name := range strings.SplitSeq(v, ",") {
 			name = http.CanonicalHeaderKey(strings.TrimSpace(name))
@@ -204,7 +200,7 @@ func (w *connWriter) sendHead(done bool) {
 		w.close = true
 	}
 	writeStatusLine(w.bw, w.status)
-	h.WriteSubset(w.bw, trailerKeys(h))
+	h.WriteSubset(w.bw, prefixed)
 	w.bw.WriteString("\r\n")
 }
 

@@ -54,12 +54,7 @@ func (p *Proxy) forwardPlain(w http.ResponseWriter, r *http.Request, rec *record
 	}
 
 	h := w.Header()
-	conn := resp.Header["Connection"]
-	for k, vs := range resp.Header {
-		if !hopByHop(k, conn) {
-			h[k] = vs
-		}
-	}
+	copyEndToEnd(h, resp.Header)
 	announced := len(resp.Trailer)
 	if announced > 0 {
 		keys := make([]string, 0, announced)
@@ -200,12 +195,7 @@ func (p *Proxy) roundTrip(w http.ResponseWriter, r *http.Request, u *upConn, aut
 			return nil, fmt.Errorf("more than %d informational answers", max1xx)
 		}
 		h := w.Header()
-		conn := resp.Header["Connection"]
-		for k, vs := range resp.Header {
-			if !hopByHop(k, conn) {
-				h[k] = vs
-			}
-		}
+		copyEndToEnd(h, resp.Header)
 		w.WriteHeader(code)
 		clear(h)
 	}
@@ -249,6 +239,16 @@ func writeHead(bw *bufio.Writer, r *http.Request, authority string) error {
 	}
 	bw.WriteString("\r\n")
 	return bw.Flush()
+}
+
+// copyEndToEnd copies the end-to-end headers of from into h.
+func copyEndToEnd(h, from http.Header) {
+	conn := from["Connection"]
+	for k, vs := range from {
+		if !hopByHop(k, conn) {
+			h[k] = vs
+		}
+	}
 }
 
 // hopByHop reports whether header k belongs to one connection only: it is

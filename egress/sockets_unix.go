@@ -42,17 +42,11 @@ func waitReadable(rc syscall.RawConn) error {
 // peerClosed reports whether the peer of the socket behind rc has closed
 // it or reset it, without reading a byte.
 func peerClosed(rc syscall.RawConn) bool {
-	var b [1]byte
 	closed := false
 	rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			closed = n == 0 && err == nil || err != nil && !errors.Is(err, unix.EAGAIN)
-			return true
-		}
+		n, err := peek(fd)
+		closed = n == 0 && err == nil || err != nil && !errors.Is(err, unix.EAGAIN)
+		return true
 	})
 	return closed
 }
@@ -65,17 +59,23 @@ func quiet(c net.Conn) bool {
 	if rc == nil {
 		return false
 	}
-	var b [1]byte
 	quiet := false
 	err := rc.Control(func(fd uintptr) {
-		for {
-			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			quiet = errors.Is(err, unix.EAGAIN)
-			return
-		}
+		_, err := peek(fd)
+		quiet = errors.Is(err, unix.EAGAIN)
 	})
 	return err == nil && quiet
+}
+
+// peek looks at the socket fd without taking a byte or waiting: n is 1
+// when a byte waits, 0 with a nil error at the peer's end, and the error
+// is EAGAIN when nothing waits.
+func peek(fd uintptr) (int, error) {
+	var b [1]byte
+	for {
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if !errors.Is(err, unix.EINTR) {
+			return n, err
+		}
+	}
 }

@@ -383,7 +383,7 @@ func TestStepArguments(t *testing.T) {
 // steps find nothing to do in.
 func emptyDiskVolume(t *testing.T, ctx context.Context, d *Docker) volume.Volume {
 	t.Helper()
-	v, err := d.makeVolume(ctx, DiskPrefix+"empty-"+randomID(t), map[string]string{providers.LabelManaged: "true"}, nil)
+	v, err := d.createVolume(ctx, DiskPrefix+"empty-"+randomID(t), map[string]string{providers.LabelManaged: "true"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

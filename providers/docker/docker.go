@@ -109,11 +109,11 @@ func (d *Docker) Options() Options { return d.opts }
 // Close removes the networks waiting in the pool and the standing disk
 // helpers, and releases the provider's connections to the engine.
 func (d *Docker) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	if d.pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		d.pool.close(ctx)
+		cancel()
 	}
-	cancel()
 	d.helpers.close()
 	return d.cli.Close()
 }
@@ -314,13 +314,7 @@ func bridgeName(computerID string) string {
 // The engine answers a create for an existing name with that volume, so a
 // volume carrying another attempt's label is a leftover and fails the
 // create.
-func (d *Docker) createVolume(ctx context.Context, name string, labels, driverOpts map[string]string) error {
-	_, err := d.makeVolume(ctx, name, labels, driverOpts)
-	return err
-}
-
-// makeVolume is createVolume, and returns the volume.
-func (d *Docker) makeVolume(ctx context.Context, name string, labels, driverOpts map[string]string) (volume.Volume, error) {
+func (d *Docker) createVolume(ctx context.Context, name string, labels, driverOpts map[string]string) (volume.Volume, error) {
 	res, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: labels, DriverOpts: driverOpts})
 	if err != nil {
 		return volume.Volume{}, fmt.Errorf("create volume %s: %w", name, d.engineErr(err))

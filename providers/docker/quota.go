@@ -39,8 +39,8 @@ import (
 // The engine's local driver mounts with the mount syscall, which does not
 // set up loop devices, and making one takes privileges a lending agent (a
 // user in the docker group) does not have on its own. So the privileged
-// steps run in a helper container (kept standing and given each step as an
-// exec, see diskhelper.go): the computer's own image
+// steps run in a helper container (kept standing and given each step on
+// its standard input, see diskhelper.go): the computer's own image
 // (which has mkfs and losetup: Debian's, or busybox's), as root with only
 // CAP_SYS_ADMIN, CAP_CHOWN and CAP_DAC_OVERRIDE, access to the loop block
 // devices and /dev/loop-control and nothing else, no network, a read-only
@@ -193,7 +193,8 @@ func diskError(mb int64, err error) error {
 func (d *Docker) createHome(ctx context.Context, computerID, image string, labels map[string]string) error {
 	n := namesOf(computerID)
 	if d.opts.DiskMB == NoDiskLimit {
-		return d.createVolume(ctx, n.volume, labels, nil)
+		_, err := d.createVolume(ctx, n.volume, labels, nil)
+		return err
 	}
 	// A leftover home fails the create before any disk is made for it.
 	if v, err := d.cli.VolumeInspect(ctx, n.volume, client.VolumeInspectOptions{}); err == nil {
@@ -204,7 +205,7 @@ func (d *Docker) createHome(ctx context.Context, computerID, image string, label
 	diskName := DiskPrefix + computerID
 	diskLabels := maps.Clone(labels)
 	diskLabels[LabelDiskImage] = image
-	disk, err := d.makeVolume(ctx, diskName, diskLabels, nil)
+	disk, err := d.createVolume(ctx, diskName, diskLabels, nil)
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func (d *Docker) createHome(ctx context.Context, computerID, image string, label
 	if m == nil {
 		return diskError(d.opts.DiskMB, fmt.Errorf("the helper said %q", strings.TrimSpace(out)))
 	}
-	err = d.createVolume(ctx, n.volume, labels, map[string]string{
+	_, err = d.createVolume(ctx, n.volume, labels, map[string]string{
 		"type":   m[2],
 		"device": m[1],
 		"o":      "nosuid,nodev",
