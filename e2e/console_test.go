@@ -71,6 +71,14 @@ func (p *consolePage) waitText(sel, want string) {
 		ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 		defer cancel()
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q)||{}).innerText||""`, sel)))
+		if err != nil || !strings.Contains(s, want) {
+			return false
+		}
+		// The same through chromedp's own copy of the page's nodes: it
+		// takes a new page's nodes in an event of its own, after the page
+		// can already be read, and a form step on the old page's nodes
+		// fails with "No node with given id found".
+		s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 		return err == nil && strings.Contains(s, want)
 	})
 	if !ok {
