@@ -111,6 +111,10 @@ func run(log *slog.Logger) error {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	if err := srv.Warm(ctx); err != nil {
+		// The first call pays for what the warm-up did not; it still works.
+		log.Warn("warm-up failed", "err", err)
+	}
 	if os.Getpid() == 1 {
 		go srv.ReapOrphans(ctx)
 	}
