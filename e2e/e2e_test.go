@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +34,20 @@ import (
 // berthBin is the CLI built once for the tests that run it.
 var berthBin string
 
+// parallelTests is how many of the tests that call t.Parallel run at once
+// unless -test.parallel says otherwise. They spend their time waiting on
+// real timers (a lease and its grace running out, a killed supervisor's
+// claim), not on the cores, so the default of one per core would make
+// them wait for each other.
+const parallelTests = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+	}
 	dir, err := os.MkdirTemp("", "berth-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -2,15 +2,16 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"time"
-
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/client"
 )
 
 // The variables that turn a missing facility into a failure instead of a
@@ -92,23 +93,56 @@ func host() string {
 	return defaultSocket
 }
 
-func withClient(f func(ctx context.Context, cli *client.Client) error) error {
-	cli, err := client.New(client.WithHost(host()))
-	if err != nil {
-		return err
+// engineClient returns an HTTP client for the engine at host() and the
+// base URL of its API. The kit speaks the two calls it needs (/_ping and
+// an image's inspect) itself, so that the tests of packages that never
+// touch the engine do not link a Docker client.
+func engineClient() (*http.Client, string, error) {
+	h := host()
+	tr := &http.Transport{DisableKeepAlives: true}
+	switch {
+	case strings.HasPrefix(h, "unix://") || strings.HasPrefix(h, "/"):
+		path := strings.TrimPrefix(h, "unix://")
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}
+		return &http.Client{Transport: tr}, "http://docker", nil
+	case strings.HasPrefix(h, "tcp://"):
+		return &http.Client{Transport: tr}, "http://" + strings.TrimPrefix(h, "tcp://"), nil
 	}
-	defer cli.Close()
+	return nil, "", fmt.Errorf("%s=%q: want unix:///PATH, tcp://HOST:PORT or a socket path", socketEnv, h)
+}
+
+// engineGet asks the engine for path and returns the answer's status.
+// A connection that fails is reported as the engine missing.
+func engineGet(path string) (status int, missing bool, err error) {
+	hc, base, err := engineClient()
+	if err != nil {
+		return 0, false, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return f(ctx, cli)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var op *net.OpError
+		return 0, errors.As(err, &op) && op.Op == "dial", err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
+		return resp.StatusCode, false, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return resp.StatusCode, false, nil
 }
 
 func pingEngine() (missing bool, err error) {
-	err = withClient(func(ctx context.Context, cli *client.Client) error {
-		_, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
-		return err
-	})
-	return err != nil && client.IsErrConnectionFailed(err), err
+	_, missing, err = engineGet("/_ping")
+	return missing, err
 }
 
 func inspectImage(img string) (missing bool, err error) {
@@ -117,14 +151,15 @@ func inspectImage(img string) (missing bool, err error) {
 	if imagesSeen[img] {
 		return false, nil
 	}
-	err = withClient(func(ctx context.Context, cli *client.Client) error {
-		_, err := cli.ImageInspect(ctx, img)
-		return err
-	})
-	if err == nil {
-		imagesSeen[img] = true
+	st, _, err := engineGet("/images/" + img + "/json")
+	switch {
+	case err != nil:
+		return false, err
+	case st == http.StatusNotFound:
+		return true, fmt.Errorf("no such image: %s", img)
 	}
-	return err != nil && cerrdefs.IsNotFound(err), err
+	imagesSeen[img] = true
+	return false, nil
 }
 
 // RequireTools skips t unless every one of names is an executable, on PATH

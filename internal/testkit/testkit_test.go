@@ -3,6 +3,8 @@ package testkit
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"sync"
@@ -185,6 +187,41 @@ func TestRequireDockerImages(t *testing.T) {
 	ft = &fakeT{}
 	RequireDocker(ft, "berth/no-such-image:never")
 	if !strings.Contains(ft.fatal, "BERTH_REQUIRE_DOCKER=1") {
+		t.Fatalf("skip %q, fatal %q", ft.skip, ft.fatal)
+	}
+}
+
+// TestRequireDockerImageFound: an image the engine has passes the gate.
+func TestRequireDockerImageFound(t *testing.T) {
+	RequireDocker(t, "berth/test:latest")
+	ft := &fakeT{}
+	RequireDocker(ft, "berth/test:latest")
+	if ft.skip != "" || ft.fatal != "" {
+		t.Fatalf("skip %q, fatal %q", ft.skip, ft.fatal)
+	}
+}
+
+// TestRequireDockerBrokenEngine: an engine that answers with an error
+// fails the test, required or not, with the engine's message.
+func TestRequireDockerBrokenEngine(t *testing.T) {
+	sock := t.TempDir() + "/engine.sock"
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "engine is shutting down", http.StatusInternalServerError)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	t.Setenv(socketEnv, "unix://"+sock)
+	reset := func() { engineOnce = sync.Once{}; engineErr, engineMiss = nil, false }
+	reset()
+	t.Cleanup(reset)
+	t.Setenv(DockerEnv, "")
+	ft := &fakeT{}
+	RequireDocker(ft)
+	if ft.skip != "" || !strings.Contains(ft.fatal, "500") || !strings.Contains(ft.fatal, "engine is shutting down") {
 		t.Fatalf("skip %q, fatal %q", ft.skip, ft.fatal)
 	}
 }
