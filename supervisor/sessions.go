@@ -831,8 +831,31 @@ func (s *Service) listMachines(ctx context.Context, provider string) ([]provider
 	return out, nil
 }
 
-// RunReaper reaps every interval until ctx ends.
+// beatEvery is how often RunReaper beats this instance's heartbeat, well
+// within InstanceTTL.
+const beatEvery = InstanceTTL / 4
+
+// RunReaper reaps every interval until ctx ends. The heartbeat that tells
+// other supervisors this one is alive beats on its own every beatEvery, so
+// that a reaper pass held up by slow destroys (an engine under load) does
+// not make this instance look dead and its cleanups taken over and done
+// twice.
 func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
+	beating := make(chan struct{})
+	defer func() { <-beating }()
+	go func() {
+		defer close(beating)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.clk.After(beatEvery):
+			}
+			if err := s.st.Heartbeat(ctx, s.instance, s.clk.Now()); err != nil && ctx.Err() == nil {
+				s.log.Warn("heartbeat", "err", err)
+			}
+		}
+	}()
 	for {
 		s.Reap(ctx)
 		select {

@@ -44,6 +44,9 @@ type Faults struct {
 	CreateGate <-chan struct{}
 	// FailDestroys makes the next n destroys fail.
 	FailDestroys int
+	// DestroyGate, when set, holds every destroy until it is closed, as an
+	// engine that is slow to remove a container does.
+	DestroyGate <-chan struct{}
 	// FailLists makes the next n lists fail with providers.ErrUnavailable.
 	FailLists int
 	// FailResumes makes the next n resumes fail with providers.ErrNotFound,
@@ -287,6 +290,15 @@ func (p *Provider) Suspended() (suspends, resumes int) {
 func (p *Provider) Destroy(ctx context.Context, machineID string) error {
 	p.mu.Lock()
 	p.destroys++
+	if gate := p.faults.DestroyGate; gate != nil {
+		p.mu.Unlock()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.mu.Lock()
+	}
 	if p.faults.FailDestroys > 0 {
 		p.faults.FailDestroys--
 		p.mu.Unlock()
