@@ -23,27 +23,32 @@ const warmTimeout = 10 * time.Second
 // before Serve and before ReapOrphans, whose wait would otherwise take the
 // command's exit status.
 func (s *Server) Warm(ctx context.Context) error {
-	var bind computerd.BindRequest
-	w := &warmWriter{header: http.Header{}}
-	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "/v1/bind", strings.NewReader(`{"tokenHash":"","env":{"A":"b"}}`))
-	if err != nil {
-		return err
+	decodeBind := func(w http.ResponseWriter, r *http.Request) error {
+		var bind computerd.BindRequest
+		return decodeJSON(w, r, computerd.MaxBindBytes, &bind)
 	}
-	if err := decodeJSON(w, r, computerd.MaxBindBytes, &bind); err != nil {
+	if _, err := warmCall(ctx, "/v1/bind", `{"tokenHash":"","env":{"A":"b"}}`, decodeBind); err != nil {
 		return fmt.Errorf("warm: decode a bind request: %w", err)
 	}
-	body := fmt.Sprintf(`{"command":"true","timeoutMs":%d}`, warmTimeout.Milliseconds())
-	if r, err = http.NewRequestWithContext(ctx, http.MethodPost, "/v1/exec", strings.NewReader(body)); err != nil {
-		return err
-	}
-	w = &warmWriter{header: http.Header{}}
-	if err := s.handleExec(w, r); err != nil {
+	w, err := warmCall(ctx, "/v1/exec", fmt.Sprintf(`{"command":"true","timeoutMs":%d}`, warmTimeout.Milliseconds()), s.handleExec)
+	if err != nil {
 		return fmt.Errorf("warm: run true: %w", err)
 	}
 	if w.status != http.StatusOK || !strings.Contains(w.body.String(), `"exitCode":0`) {
 		return fmt.Errorf("warm: run true: status %d: %.200s", w.status, w.body.String())
 	}
 	return nil
+}
+
+// warmCall hands handle a POST of body to path, as the server's routes
+// would, and returns what it wrote.
+func warmCall(ctx context.Context, path, body string, handle func(http.ResponseWriter, *http.Request) error) (*warmWriter, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	w := &warmWriter{header: http.Header{}}
+	return w, handle(w, r)
 }
 
 // warmWriter is the http.ResponseWriter of Warm's calls: it keeps the
