@@ -43,13 +43,17 @@ var windowGeometry = regexp.MustCompile(`(\d+)x(\d+)\+-?\d+\+-?\d+\s+\+(-?\d+)\+
 
 // lastChild returns the centre, in screen pixels, of the last window that
 // `xwininfo -tree` lists under the named window (xmessage's button is the
-// last child of its form), once the window manager has framed the window.
+// last child of its form), once the window manager has framed and shown
+// the window and two readings in a row agree: openbox reparents a window
+// into its frame before it moves the frame to the asked-for place, so a
+// single reading can catch the window at the frame's first place.
 func lastChild(t *testing.T, s *super, agent, name string) (int, int) {
 	t.Helper()
 	var x execResult
-	var cx, cy int
+	var cx, cy, lastX, lastY int
+	framedRE := regexp.MustCompile(`Parent window id: \S+ \(the root window\)`)
 	found := func() bool {
-		x = s.exec(agent, "xwininfo -name "+name+" -tree")
+		x = s.exec(agent, "xwininfo -name "+name+" | grep -q 'Map State: IsViewable' && xwininfo -name "+name+" -tree")
 		cx, cy = 0, 0
 		for line := range strings.Lines(x.Stdout) {
 			if m := windowGeometry.FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {
@@ -60,12 +64,17 @@ func lastChild(t *testing.T, s *super, agent, name string) (int, int) {
 				cx, cy = ax+w/2, ay+h/2
 			}
 		}
-		// Placed once the window manager has framed it.
-		framed := !regexp.MustCompile(`Parent window id: \S+ \(the root window\)`).MatchString(x.Stdout)
-		return x.ExitCode == 0 && framed && (cx != 0 || cy != 0)
+		framed := !framedRE.MatchString(x.Stdout)
+		if x.ExitCode != 0 || !framed || (cx == 0 && cy == 0) {
+			lastX, lastY = 0, 0
+			return false
+		}
+		settled := cx == lastX && cy == lastY
+		lastX, lastY = cx, cy
+		return settled
 	}
 	if !testkit.Poll(20*time.Second, found) {
-		t.Fatalf("no child window of %s in:\n%s", name, x.Stdout)
+		t.Fatalf("no settled child window of %s in:\n%s", name, x.Stdout)
 	}
 	return cx, cy
 }
