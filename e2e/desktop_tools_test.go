@@ -49,11 +49,15 @@ var windowGeometry = regexp.MustCompile(`(\d+)x(\d+)\+-?\d+\+-?\d+\s+\+(-?\d+)\+
 // single reading can catch the window at the frame's first place.
 func lastChild(t *testing.T, s *super, agent, name string) (int, int) {
 	t.Helper()
-	var x execResult
+	var x, info execResult
 	var cx, cy, lastX, lastY int
 	framedRE := regexp.MustCompile(`Parent window id: \S+ \(the root window\)`)
 	found := func() bool {
-		x = s.exec(agent, "xwininfo -name "+name+" | grep -q 'Map State: IsViewable' && xwininfo -name "+name+" -tree")
+		if info = s.exec(agent, "xwininfo -name "+name); !strings.Contains(info.Stdout, "Map State: IsViewable") {
+			lastX, lastY = 0, 0
+			return false
+		}
+		x = s.exec(agent, "xwininfo -name "+name+" -tree")
 		cx, cy = 0, 0
 		for line := range strings.Lines(x.Stdout) {
 			if m := windowGeometry.FindStringSubmatch(strings.TrimRight(line, "\n")); m != nil {
@@ -74,7 +78,9 @@ func lastChild(t *testing.T, s *super, agent, name string) (int, int) {
 		return settled
 	}
 	if !testkit.Poll(20*time.Second, found) {
-		t.Fatalf("no settled child window of %s in:\n%s", name, x.Stdout)
+		logs := s.exec(agent, "cat /tmp/xmessage.log; xwininfo -root -tree | head -40")
+		t.Fatalf("no settled child window of %s; xwininfo says:\n%s%s\nits tree:\n%s\nxmessage's log and the screen's windows:\n%s%s",
+			name, info.Stdout, info.Stderr, x.Stdout, logs.Stdout, logs.Stderr)
 	}
 	return cx, cy
 }

@@ -183,6 +183,10 @@ func New(cfg Config) (*Service, error) {
 // Instance returns this supervisor's instance id.
 func (s *Service) Instance() string { return s.instance }
 
+// CloseIdleConnections drops the kept-alive connections to computers,
+// when the service is shut down.
+func (s *Service) CloseIdleConnections() { s.http.CloseIdleConnections() }
+
 // Deployment returns the id of the deployment: one per store, shared by
 // every supervisor on it, and put on every machine as a label.
 func (s *Service) Deployment(ctx context.Context) (string, error) {

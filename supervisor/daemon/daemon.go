@@ -715,6 +715,7 @@ func (d *Daemon) Close() error {
 		}
 	}
 	d.closeProviders()
+	d.Service.CloseIdleConnections()
 	return d.Store.Close()
 }
 
