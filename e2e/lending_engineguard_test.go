@@ -124,6 +124,7 @@ func TestInternalNetworkReachesHost(t *testing.T) {
 // the agent removes the container and its network when it stops.
 func TestLendingEngineGuard(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	netnstest.Require(t, `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEngineGuard ./e2e/`)

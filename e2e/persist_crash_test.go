@@ -22,6 +22,7 @@ import (
 // left, and disconnecting deletes the archives.
 func TestCrashDuringSleepAndWake(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	dir := t.TempDir()
 	p := runSupervisor(t, dir)
 	dep := p.deployment()

@@ -58,6 +58,7 @@ type sleepStatus struct {
 // bucket, sealed, and go with the connections.
 func TestPersistentComputers(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	s3 := miniotest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

@@ -99,6 +99,7 @@ func deploymentOf(t *testing.T, s *super) string {
 // credential at all.
 func TestWarmPoolNoLeaks(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	t.Parallel()
 	s, stop := startPoolSupervisor(t, "berth/test:latest", 2)
 	cli := dockerClient(t)
 	dep := deploymentOf(t, s)
