@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -108,7 +109,13 @@ func (l *supervisorAPI) handleComputerd(w http.ResponseWriter, r *http.Request) 
 		Transport:     l.transport,
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			l.log.Warn("computerd unreachable", "computer", c.s.ComputerID, "path", rest, "err", err)
+			// The supervisor polls /healthz until a new computer answers;
+			// a failed poll is expected then, and the poll reports its end.
+			level := slog.LevelWarn
+			if rest == "/healthz" {
+				level = slog.LevelDebug
+			}
+			l.log.Log(r.Context(), level, "computerd unreachable", "computer", c.s.ComputerID, "path", rest, "err", err)
 			writeError(w, errorf(http.StatusBadGateway, lending.CodeUnavailable, "computer %s did not answer", c.s.ComputerID))
 		},
 	}
