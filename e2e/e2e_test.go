@@ -35,10 +35,12 @@ import (
 var berthBin string
 
 // parallelTests is how many of the tests that call t.Parallel run at once
-// unless -test.parallel says otherwise. They spend their time waiting on
-// real timers (a lease and its grace running out, a killed supervisor's
-// claim), not on the cores, so the default of one per core would make
-// them wait for each other.
+// unless -test.parallel says otherwise. Those are the tests that spend
+// most of their time waiting, not on the cores: on real timers (a lease
+// and its grace running out, a killed supervisor's claim), on archives
+// and relays, on a browser. The default of one per core would make them
+// wait for each other. Tests that keep both cores busy (many computers
+// at once, the benchmarks' kin) stay serial.
 const parallelTests = 4
 
 func TestMain(m *testing.M) {
