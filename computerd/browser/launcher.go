@@ -64,6 +64,7 @@ type instance struct {
 	dir    string
 	d      *Driver
 	exited chan struct{} // closed once the process has been waited for
+	stderr *os.File      // the read end of its stderr
 	drain  chan struct{} // closed once its stderr is read to the end
 }
 
@@ -105,12 +106,21 @@ func (in *instance) dead() bool {
 // profile.
 func (in *instance) stop() {
 	in.d.Close()
-	stopProcess(in.cmd, in.exited, in.drain, in.dir)
+	stopProcess(in.cmd, in.exited, in.stderr, in.drain, in.dir)
 }
 
-func stopProcess(cmd *exec.Cmd, exited, drain chan struct{}, dir string) {
+// drainWait bounds how long a stopped browser's stderr is read after its
+// process ended: a helper that left its group may still hold it open.
+const drainWait = time.Second
+
+func stopProcess(cmd *exec.Cmd, exited chan struct{}, stderr *os.File, drain chan struct{}, dir string) {
 	signalGroup(cmd, syscall.SIGKILL)
 	<-exited
+	select {
+	case <-drain:
+	case <-time.After(drainWait):
+	}
+	stderr.Close() // ends a read still waiting
 	<-drain
 	// Helpers of the browser that left its group may still write there
 	// for a moment.
@@ -196,6 +206,14 @@ func (l *Launcher) args(env []string, dir string) []string {
 	return append(args, "about:blank")
 }
 
+// saying tells what a browser that did not start wrote, if anything.
+func saying(said string) string {
+	if said == "" {
+		return ""
+	}
+	return "; it wrote: " + said
+}
+
 func containsFlag(args []string, flag string) bool {
 	for _, a := range args {
 		if a == flag || strings.HasPrefix(a, flag+"=") {
@@ -220,18 +238,25 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 	cmd.Env = env
 	cmd.Dir = dir
 	newProcessGroup(cmd)
-	stderr, err := cmd.StderrPipe()
+	// A pipe of its own, not cmd.StderrPipe: Wait closes that one, and
+	// what a browser wrote just before it exited would be lost with it.
+	stderr, w, err := os.Pipe()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, browserFailed("start the browser: %v", err)
 	}
-	if err := l.cfg.Start(cmd); err != nil {
+	cmd.Stderr = w
+	err = l.cfg.Start(cmd)
+	w.Close()
+	if err != nil {
+		stderr.Close()
 		os.RemoveAll(dir)
 		return nil, browserFailed("start the browser: %v", err)
 	}
 	pid := cmd.Process.Pid
 	exited, drain := make(chan struct{}), make(chan struct{})
 	found := make(chan string, 1)
+	var said string // the browser's first lines besides DevTools', set before drain closes
 	go func() {
 		defer close(drain)
 		// Lines are bounded; the rest of the output is read and dropped.
@@ -246,7 +271,7 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 				default:
 				}
 			} else if s != "" && len(tail) < 5 {
-				tail = append(tail, s)
+				tail = append(tail, truncate(s, 200))
 			}
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue // the rest of a long line comes next
@@ -255,8 +280,9 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 				break
 			}
 		}
-		if len(tail) > 0 {
-			l.log.Debug("browser output", "pid", pid, "first lines", strings.Join(tail, " | "))
+		said = strings.Join(tail, " | ")
+		if said != "" {
+			l.log.Debug("browser output", "pid", pid, "first lines", said)
 		}
 	}()
 	go func() {
@@ -268,7 +294,7 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 		close(exited)
 	}()
 	fail := func(err error) (*instance, error) {
-		stopProcess(cmd, exited, drain, dir)
+		stopProcess(cmd, exited, stderr, drain, dir)
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, l.cfg.StartTimeout)
@@ -277,9 +303,11 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 	select {
 	case ws = <-found:
 	case <-exited:
-		return fail(browserFailed("start the browser: %s exited before DevTools listened (%v)", bin, cmd.ProcessState))
+		stopProcess(cmd, exited, stderr, drain, dir)
+		return nil, browserFailed("start the browser: %s exited before DevTools listened (%v)%s", bin, cmd.ProcessState, saying(said))
 	case <-sctx.Done():
-		return fail(timedOut("start the browser: DevTools did not listen within %s", l.cfg.StartTimeout))
+		stopProcess(cmd, exited, stderr, drain, dir)
+		return nil, timedOut("start the browser: DevTools did not listen within %s%s", l.cfg.StartTimeout, saying(said))
 	}
 	opts := DriverOptions{AllowFile: true, Logger: l.cfg.Logger}
 	if l.headless(env) {
@@ -290,7 +318,7 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 		return fail(err)
 	}
 	l.log.Info("browser started", "pid", pid, "profile", dir)
-	return &instance{cmd: cmd, dir: dir, d: d, exited: exited, drain: drain}, nil
+	return &instance{cmd: cmd, dir: dir, d: d, exited: exited, stderr: stderr, drain: drain}, nil
 }
 
 // PID is the running browser's process id, or 0.

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"image"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/testkit"
 )
 
@@ -500,6 +504,48 @@ func BenchmarkBrowserSnapshot1000(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.c.Snapshot(ctx, SnapshotRequest{MaxBytes: MaxSnapshotBytes}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestLauncherSaysWhyTheBrowserDidNotStart: a browser that exits before
+// DevTools listens, or never listens, is answered with what it wrote on
+// stderr (its first lines, each cut short), so that the caller sees why.
+func TestLauncherSaysWhyTheBrowserDidNotStart(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	long := strings.Repeat("x", 300)
+	for _, tt := range []struct {
+		name, body, code string
+		want             []string
+	}{
+		{"exits", "echo 'error while loading shared libraries: libnss3.so' >&2\necho " + long + " >&2\nexit 127\n",
+			CodeBrowserFailed, []string{"exited before DevTools listened (exit status 127)", "it wrote: error while loading shared libraries: libnss3.so | " + strings.Repeat("x", 200) + "…"}},
+		{"hangs", "echo 'waiting for the display' >&2\nexec sleep 30\n",
+			CodeTimeout, []string{"DevTools did not listen within 300ms", "it wrote: waiting for the display"}},
+		{"silent", "exit 3\n", CodeBrowserFailed, []string{"(exit status 3)"}},
+	} {
+		l := NewLauncher(LauncherConfig{Binary: script(tt.name, tt.body), ProfileRoot: t.TempDir(), StartTimeout: 300 * time.Millisecond})
+		_, err := l.Snapshot(testkit.ContextTimeout(t, 30*time.Second), SnapshotRequest{})
+		l.Close()
+		var e *httpjson.Error
+		if !errors.As(err, &e) || e.Code != tt.code {
+			t.Errorf("%s: %v, want code %s", tt.name, err, tt.code)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(e.Message, w) {
+				t.Errorf("%s: %q does not say %q", tt.name, e.Message, w)
+			}
+		}
+		if tt.name == "silent" && strings.Contains(e.Message, "it wrote") {
+			t.Errorf("silent: %q", e.Message)
 		}
 	}
 }
