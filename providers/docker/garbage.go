@@ -70,6 +70,15 @@ func expired(labels map[string]string, now time.Time) bool {
 type Collector struct {
 	d   *Docker
 	log *slog.Logger
+	// deployments, when set, limits the collector to the resources of
+	// these deployments: a test's collector, whose clock runs ahead, must
+	// leave the rest of a shared engine alone.
+	deployments map[string]bool
+}
+
+// mine reports whether labels are of a resource the collector may remove.
+func (c *Collector) mine(labels map[string]string) bool {
+	return c.deployments == nil || c.deployments[labels[providers.LabelDeployment]]
 }
 
 // NewCollector returns a Collector of the engine at host (a DOCKER_SOCKET
@@ -144,7 +153,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		return n, err
 	}
 	for _, ct := range cs.Items {
-		if !expired(ct.Labels, now) || kept[computerOf(ct.Names)] {
+		if !expired(ct.Labels, now) || !c.mine(ct.Labels) || kept[computerOf(ct.Names)] {
 			continue
 		}
 		_, err := cli.ContainerRemove(ctx, ct.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
@@ -171,7 +180,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 		return n, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
 	}
 	for _, nw := range ns.Items {
-		if !expired(nw.Labels, now) || keptNets[nw.Name] || kept[nw.Labels[providers.LabelComputer]] {
+		if !expired(nw.Labels, now) || !c.mine(nw.Labels) || keptNets[nw.Name] || kept[nw.Labels[providers.LabelComputer]] {
 			continue
 		}
 		if err := c.d.removeNetwork(ctx, nw.ID, nw.Name); err != nil {
@@ -187,7 +196,7 @@ func (c *Collector) Collect(ctx context.Context) (Collected, error) {
 	}
 	// Homes before the disk volumes that back them (see quota.go).
 	for _, v := range sortDisksLast(vs.Items) {
-		if !expired(v.Labels, now) || kept[v.Labels[providers.LabelComputer]] {
+		if !expired(v.Labels, now) || !c.mine(v.Labels) || kept[v.Labels[providers.LabelComputer]] {
 			continue
 		}
 		if err := c.d.removeVolume(ctx, v, true); err != nil {

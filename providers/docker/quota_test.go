@@ -270,6 +270,7 @@ func TestCollectorReleasesDisks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gc.Close()
+	gc.deployments = map[string]bool{spec.Deployment: true}
 	clk.Advance(time.Minute + 6*time.Second)
 	n, err := gc.Collect(ctx)
 	if err != nil {

@@ -296,6 +296,7 @@ func TestCollectorRemovesExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gc.Close()
+	gc.deployments = map[string]bool{old.Deployment: true, oldHeld.Deployment: true, live.Deployment: true}
 
 	// Within the lease and the grace nothing goes.
 	clk.Advance(time.Minute + 4*time.Second)

@@ -205,6 +205,7 @@ func TestCollectorKeepsSuspended(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gc.Close()
+	gc.deployments = map[string]bool{own.Deployment: true, inHolder.Deployment: true}
 	clk.Advance(time.Hour)
 	if n, err := gc.Collect(ctx); err != nil {
 		t.Fatalf("collect: removed %+v, err %v", n, err)
