@@ -620,9 +620,7 @@ func (s *Service) Reap(ctx context.Context) {
 	s.reapMu.Lock()
 	defer s.reapMu.Unlock()
 	now := s.clk.Now()
-	if err := s.st.Heartbeat(ctx, s.instance, now); err != nil {
-		s.log.Warn("reaper: heartbeat", "err", err)
-	}
+	s.beat(ctx, now)
 	due, err := s.st.SessionsDue(ctx, now, 100)
 	if err != nil {
 		s.log.Warn("reaper: list due sessions", "err", err)
@@ -831,6 +829,13 @@ func (s *Service) listMachines(ctx context.Context, provider string) ([]provider
 	return out, nil
 }
 
+// beat records that this instance is alive at now.
+func (s *Service) beat(ctx context.Context, now time.Time) {
+	if err := s.st.Heartbeat(ctx, s.instance, now); err != nil && ctx.Err() == nil {
+		s.log.Warn("heartbeat", "err", err)
+	}
+}
+
 // beatEvery is how often RunReaper beats this instance's heartbeat, well
 // within InstanceTTL.
 const beatEvery = InstanceTTL / 4
@@ -851,9 +856,7 @@ func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
 				return
 			case <-s.clk.After(beatEvery):
 			}
-			if err := s.st.Heartbeat(ctx, s.instance, s.clk.Now()); err != nil && ctx.Err() == nil {
-				s.log.Warn("heartbeat", "err", err)
-			}
+			s.beat(ctx, s.clk.Now())
 		}
 	}()
 	for {

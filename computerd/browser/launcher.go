@@ -102,30 +102,31 @@ func (in *instance) dead() bool {
 	}
 }
 
-// stop kills the browser's process group, waits for it and removes its
-// profile.
+// stop closes the driver and kills the browser (kill).
 func (in *instance) stop() {
 	in.d.Close()
-	stopProcess(in.cmd, in.exited, in.stderr, in.drain, in.dir)
+	in.kill()
 }
 
 // drainWait bounds how long a stopped browser's stderr is read after its
 // process ended: a helper that left its group may still hold it open.
 const drainWait = time.Second
 
-func stopProcess(cmd *exec.Cmd, exited chan struct{}, stderr *os.File, drain chan struct{}, dir string) {
-	signalGroup(cmd, syscall.SIGKILL)
-	<-exited
+// kill kills the browser's process group, waits for it and its stderr,
+// and removes its profile; the driver, if any, is the caller's.
+func (in *instance) kill() {
+	signalGroup(in.cmd, syscall.SIGKILL)
+	<-in.exited
 	select {
-	case <-drain:
+	case <-in.drain:
 	case <-time.After(drainWait):
 	}
-	stderr.Close() // ends a read still waiting
-	<-drain
+	in.stderr.Close() // ends a read still waiting
+	<-in.drain
 	// Helpers of the browser that left its group may still write there
 	// for a moment.
 	for range 20 {
-		if os.RemoveAll(dir) == nil {
+		if os.RemoveAll(in.dir) == nil {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -206,14 +207,6 @@ func (l *Launcher) args(env []string, dir string) []string {
 	return append(args, "about:blank")
 }
 
-// saying tells what a browser that did not start wrote, if anything.
-func saying(said string) string {
-	if said == "" {
-		return ""
-	}
-	return "; it wrote: " + said
-}
-
 func containsFlag(args []string, flag string) bool {
 	for _, a := range args {
 		if a == flag || strings.HasPrefix(a, flag+"=") {
@@ -254,11 +247,11 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 		return nil, browserFailed("start the browser: %v", err)
 	}
 	pid := cmd.Process.Pid
-	exited, drain := make(chan struct{}), make(chan struct{})
+	in := &instance{cmd: cmd, dir: dir, exited: make(chan struct{}), stderr: stderr, drain: make(chan struct{})}
 	found := make(chan string, 1)
 	var said string // the browser's first lines besides DevTools', set before drain closes
 	go func() {
-		defer close(drain)
+		defer close(in.drain)
 		// Lines are bounded; the rest of the output is read and dropped.
 		br := bufio.NewReaderSize(stderr, 4096)
 		var tail []string
@@ -291,10 +284,18 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 		if l.cfg.Exited != nil {
 			l.cfg.Exited(pid)
 		}
-		close(exited)
+		close(in.exited)
 	}()
+	// killed kills the browser and tells what it wrote, if anything.
+	killed := func() string {
+		in.kill()
+		if said == "" {
+			return ""
+		}
+		return "; it wrote: " + said
+	}
 	fail := func(err error) (*instance, error) {
-		stopProcess(cmd, exited, stderr, drain, dir)
+		in.kill()
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, l.cfg.StartTimeout)
@@ -302,12 +303,11 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 	var ws string
 	select {
 	case ws = <-found:
-	case <-exited:
-		stopProcess(cmd, exited, stderr, drain, dir)
-		return nil, browserFailed("start the browser: %s exited before DevTools listened (%v)%s", bin, cmd.ProcessState, saying(said))
+	case <-in.exited:
+		wrote := killed()
+		return nil, browserFailed("start the browser: %s exited before DevTools listened (%v)%s", bin, cmd.ProcessState, wrote)
 	case <-sctx.Done():
-		stopProcess(cmd, exited, stderr, drain, dir)
-		return nil, timedOut("start the browser: DevTools did not listen within %s%s", l.cfg.StartTimeout, saying(said))
+		return nil, timedOut("start the browser: DevTools did not listen within %s%s", l.cfg.StartTimeout, killed())
 	}
 	opts := DriverOptions{AllowFile: true, Logger: l.cfg.Logger}
 	if l.headless(env) {
@@ -318,7 +318,8 @@ func (l *Launcher) start(ctx context.Context) (*instance, error) {
 		return fail(err)
 	}
 	l.log.Info("browser started", "pid", pid, "profile", dir)
-	return &instance{cmd: cmd, dir: dir, d: d, exited: exited, stderr: stderr, drain: drain}, nil
+	in.d = d
+	return in, nil
 }
 
 // PID is the running browser's process id, or 0.
