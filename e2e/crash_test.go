@@ -3,10 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -33,17 +33,14 @@ func runSupervisor(t *testing.T, dir string, extraEnv ...string) *proc {
 	return runSupervisorArgs(t, dir, nil, extraEnv...)
 }
 
-// runSupervisorArgs is runSupervisor with extra flags.
+// runSupervisorArgs is runSupervisor with extra flags. The supervisor
+// picks its own port, and the test takes its address from the supervisor's
+// own "listening on" line: a port picked here and closed before the
+// supervisor binds it may be taken by another test's server meanwhile.
 func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...string) *proc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	p := &proc{t: t, url: "http://" + addr, token: "crash-operator-token-0123456789", logs: &syncbuf.Buffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(berthBin, append([]string{"supervisor", "--listen", addr, "--data", dir, "--log-level", "debug"}, args...)...)
+	p := &proc{t: t, token: "crash-operator-token-0123456789", logs: &syncbuf.Buffer{}, exited: make(chan struct{})}
+	p.cmd = exec.Command(berthBin, append([]string{"supervisor", "--listen", "127.0.0.1:0", "--data", dir, "--log-level", "debug"}, args...)...)
 	p.cmd.Env = append(os.Environ(),
 		"SUPERVISOR_TOKEN="+p.token,
 		"COMPUTER_IMAGE_HEADLESS=berth/test:latest",
@@ -61,17 +58,25 @@ func runSupervisorArgs(t *testing.T, dir string, args []string, extraEnv ...stri
 		p.kill()
 		removeHolders(p.cmd.Process.Pid)
 		if t.Failed() {
-			t.Logf("supervisor %s log:\n%s", addr, p.logs.String())
+			t.Logf("supervisor %s log:\n%s", p.url, p.logs.String())
 			removeDeployment(p.logs.String())
 		}
 	})
 	exited := false
+	listening := regexp.MustCompile(`berth supervisor: listening on (http://\S+)`)
 	healthy := testkit.Poll(30*time.Second, func() bool {
 		select {
 		case <-p.exited:
 			exited = true
 			return true
 		default:
+		}
+		if p.url == "" {
+			m := listening.FindStringSubmatch(p.logs.String())
+			if m == nil {
+				return false
+			}
+			p.url = m[1]
 		}
 		resp, err := http.Get(p.url + "/healthz")
 		if err != nil {

@@ -297,8 +297,7 @@ func TestDevLendingByHand(t *testing.T) {
 	dir := t.TempDir()
 	token := "dev-by-hand-token-0123456789"
 	env := devEnv(dir, token, "COMPUTER_NETWORK_POOL=0")
-	port := freePort(t)
-	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+port, "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
+	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	dev.waitLine(t, regexp.MustCompile(`relay for lent machines: (ws://\S+)`))
 	devAgent := dev.waitLine(t, regexp.MustCompile(`lending this machine as (cp_\S+)`))

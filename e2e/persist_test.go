@@ -67,7 +67,7 @@ func TestPersistentComputers(t *testing.T) {
 	env := devEnv(dir, token, "COMPUTER_NETWORK_POOL=0",
 		"OBJECT_STORE_URL=s3://"+s3.Bucket+"/berth", "OBJECT_STORE_ENDPOINT="+s3.Endpoint,
 		"OBJECT_STORE_ACCESS_KEY="+s3.AccessKey, "OBJECT_STORE_SECRET_KEY="+s3.SecretKey)
-	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+freePort(t), "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
+	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	dev.waitLine(t, regexp.MustCompile(`msg=reconciled .*(unfinished=0)`))
 	s := &super{t: t, url: url, token: token}

@@ -341,7 +341,7 @@ func TestREADME(t *testing.T) {
 		}
 	})
 	devEnv := append(env[:len(env):len(env)], "EGRESS_LISTEN=:0", "TURN_LISTEN=:0")
-	dev := startProc(t, ctx, devEnv, "dev", "--listen", "127.0.0.1:"+freePort(t), "--data", filepath.Join(dir, "berth-data"), "--relay-listen", "127.0.0.1:0")
+	dev := startProc(t, ctx, devEnv, "dev", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "berth-data"), "--relay-listen", "127.0.0.1:0")
 	devPid = dev.cmd.Process.Pid
 	dep = dev.waitLine(t, regexp.MustCompile(`msg="supervisor listening" .*deployment=(\S+)`))
 	var printed []string

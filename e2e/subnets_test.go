@@ -252,7 +252,7 @@ func TestKilledDeploymentCollected(t *testing.T) {
 		"SUPERVISOR_TOKEN="+token, "COMPUTER_IMAGE_HEADLESS=berth/test:latest", "COMPUTER_IMAGE_DESKTOP=berth/test:latest",
 		"EGRESS_LISTEN=off", "TURN_LISTEN=off", "COMPUTER_NETWORK_POOL=0", "COMPUTER_GRACE_SECONDS=2",
 		"BERTH_CONFIG_DIR="+filepath.Join(dir, "config"), "DBUS_SESSION_BUS_ADDRESS=unix:path="+filepath.Join(dir, "no-bus"))
-	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+freePort(t), "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
+	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	s := &super{t: t, url: url, token: token}
 	s.must("POST", "/v1/agents", map[string]any{"id": "live", "name": "live"}, 201, nil)

@@ -31,7 +31,7 @@ func TestMemoryComputers(t *testing.T) {
 	dir := t.TempDir()
 	token := "memory-token-0123456789"
 	env := devEnv(dir, token, "COMPUTER_NETWORK_POOL=1")
-	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:"+freePort(t), "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
+	dev := startProc(t, ctx, env, "dev", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "dev"), "--relay-listen", "127.0.0.1:0")
 	url := dev.waitLine(t, regexp.MustCompile(`ready at (http://\S+)`))
 	s := &super{t: t, url: url, token: token}
 
