@@ -61,8 +61,13 @@ minio: ## build (cached) the MinIO server the object store tests run against
 helm: ## build (cached) the helm CLI that lints, renders and installs packaging/helm/berth
 	@packaging/helm/build.sh >/dev/null
 
+# go test starts packages' tests in the order it is given them, as many at
+# once as there are cores. e2e, the longest by far, goes first, so that the
+# other packages run beside it instead of before it (docs/performance.md,
+# "The test suite").
+TEST_PKGS ?= ./e2e ./...
 test: docker images image-supervisor image-postgres minio helm compose-plugin ## run the whole suite, Docker integration tests included
-	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it
 	packaging/k8s-test/run.sh test
