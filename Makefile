@@ -67,7 +67,7 @@ helm: ## build (cached) the helm CLI that lints, renders and installs packaging/
 # "The test suite").
 TEST_PKGS ?= ./e2e ./...
 test: docker images image-supervisor image-postgres minio helm compose-plugin ## run the whole suite, Docker integration tests included
-	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
+	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 BERTH_REQUIRE_CGROUP=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it
 	packaging/k8s-test/run.sh test

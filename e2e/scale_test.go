@@ -3,12 +3,11 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/providers/fake"
 	"github.com/berthdev/berth/supervisor/daemon"
 )
@@ -28,23 +27,10 @@ func BenchmarkIdleSupervisor(b *testing.B) {
 		map[string]string{"FAKE_PROVIDER_DIR": b.TempDir()})
 	// The fake's computers are servers in this process: they end with it.
 	b.Cleanup(func() { s.d.Providers[fake.ID].(*fake.Provider).Close() })
-	// cpu returns the process's CPU time so far.
-	cpu := func() time.Duration {
-		raw, err := os.ReadFile("/proc/self/stat")
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Fields after the command's closing parenthesis: utime and
-		// stime are the 12th and 13th, in clock ticks of 1/100 s.
-		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		return time.Duration(u+st) * 10 * time.Millisecond
-	}
 	idle := func() (cpuPct, rssMB float64) {
-		c0, t0 := cpu(), time.Now()
+		c0, t0 := testkit.CPUTime(), time.Now()
 		time.Sleep(window)
-		used, took := cpu()-c0, time.Since(t0)
+		used, took := testkit.CPUTime()-c0, time.Since(t0)
 		return 100 * float64(used) / float64(took), float64(vmRSS(os.Getpid())) / 1024
 	}
 	for b.Loop() {

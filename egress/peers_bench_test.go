@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -538,36 +537,8 @@ func runClientSpec(spec clientSpec) clientResult {
 // the test does.
 func startRole(tb testing.TB, role string, env ...string) string {
 	tb.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), peerRoleEnv+"="+role), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		tb.Fatalf("%s process: %v", role, err)
-	}
-	return strings.TrimSpace(line)
+	addr, _ := testkit.StartRole(tb, append([]string{peerRoleEnv + "=" + role}, env...)...)
+	return addr
 }
 
 // startSquid runs squid in the foreground as a plain forward proxy on a
@@ -651,7 +622,7 @@ func startPeer(tb testing.TB, name, dir string, port int, conf string, args func
 		}
 	}
 	pid := cmd.Process.Pid
-	return &peerProxy{name: name, proxy: "http://" + addr, cpu: func() time.Duration { return procCPU(pid) }}
+	return &peerProxy{name: name, proxy: "http://" + addr, cpu: func() time.Duration { return testkit.ProcessCPUTime(pid) }}
 }
 
 // peerDir is a folder the proxies can write as the user they run as (the
@@ -688,23 +659,4 @@ func freePort(tb testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// procCPU is the user and system time of process pid, all its threads.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The fields after the command, which is in parentheses and may hold
-	// spaces: state is the first, utime the 12th and stime the 13th.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / ticks
 }

@@ -95,7 +95,7 @@ var targets = map[string]target{
 	"e2e BenchmarkDensity computers-started":                                 atLeast(100, "computers"),
 	"e2e BenchmarkDensity computers-that-fit":                                atLeast(100, "computers"),
 	"e2e BenchmarkDensity supervisor-rss-MB":                                 atMost(200, "MB"),
-	"apiserver BenchmarkTwoSupervisors calls/s":                              ratioAtLeast(1.6),
+	"apiserver BenchmarkTwoSupervisors/own-cores calls/s":                    ratioAtLeast(1.6),
 	"apiserver BenchmarkExecCalls/sqlite calls/s":                            atLeast(2000, "calls/s"),
 	"apiserver BenchmarkExecCalls/sqlite overhead-p99-ms":                    atMost(5, "ms"),
 	"apiserver BenchmarkExecCalls/postgres overhead-p99-ms":                  atMost(5, "ms"),

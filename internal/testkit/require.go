@@ -20,6 +20,7 @@ const (
 	DockerEnv   = "BERTH_REQUIRE_DOCKER"   // the Docker engine, its test images, and the tools the desktop tests run
 	PostgresEnv = "BERTH_REQUIRE_POSTGRES" // a PostgreSQL server (see internal/pgtest)
 	NetnsEnv    = "BERTH_REQUIRE_NETNS"    // network namespaces
+	CgroupEnv   = "BERTH_REQUIRE_CGROUP"   // cgroups that limit a process's CPU (LimitCPU)
 )
 
 // Required reports whether env is set to 1, that is whether a missing

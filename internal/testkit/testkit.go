@@ -1,8 +1,10 @@
 // Package testkit is the scaffolding every package's tests share: a
 // context bounded by the test's deadline, bounded polling for a condition,
-// the gates that skip a test when Docker, PostgreSQL, a network namespace
-// or a tool is missing (or fail it where CI requires them), and the goleak
-// set-up for TestMain. Only tests import it.
+// the gates that skip a test when Docker, PostgreSQL, a network namespace,
+// a CPU cgroup or a tool is missing (or fail it where CI requires them),
+// the test binary started again in a role of its own, held to a share of
+// the CPU when a benchmark needs it, and the goleak set-up for TestMain.
+// Only tests import it.
 package testkit
 
 import (

@@ -67,7 +67,26 @@ func newEnv(t testing.TB) *env {
 // newEnvWith is newEnv on a given store.
 func newEnvWith(t testing.TB, st store.Store, opts ...func(*supervisor.Config)) *env {
 	t.Helper()
-	dir := t.TempDir()
+	e := newService(t, t.TempDir(), st, opts...)
+	e.t = t
+	e.srv = httptest.NewServer(e.h)
+	t.Cleanup(func() {
+		e.srv.Close()
+		e.fake.Close()
+		st.Close()
+		if t.Failed() {
+			t.Log(e.logs.String())
+		}
+	})
+	return e
+}
+
+// newService makes an env's supervisor on st, with its parts in dir and
+// the fake provider, and its handler not yet served: newEnvWith serves it
+// in the test's process, the supervisor role of the benchmarks in a
+// process of its own.
+func newService(t supervisortest.T, dir string, st store.Store, opts ...func(*supervisor.Config)) *env {
+	t.Helper()
 	parts := supervisortest.NewParts(t, dir)
 	box, tokens := parts.Box, parts.Tokens
 	fp := fake.New(filepath.Join(dir, "machines"), nil)
@@ -83,19 +102,10 @@ func newEnvWith(t testing.TB, st store.Store, opts ...func(*supervisor.Config)) 
 	}
 	svc, err := supervisor.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("supervisor: %v", err)
 	}
 	h := apiserver.New(svc, opToken, log)
-	srv := httptest.NewServer(h)
-	t.Cleanup(func() {
-		srv.Close()
-		fp.Close()
-		st.Close()
-		if t.Failed() {
-			t.Log(logs.String())
-		}
-	})
-	return &env{t: t, srv: srv, svc: svc, fake: fp, clock: clk, st: st, logs: logs, tok: tokens, h: h, bearer: opToken}
+	return &env{svc: svc, fake: fp, clock: clk, st: st, logs: logs, tok: tokens, h: h, bearer: opToken}
 }
 
 // call does a request and decodes the answer into out (when non-nil); it

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"runtime"
+	"os"
 	"slices"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +18,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// BenchmarkTwoSupervisors runs this binary again as its supervisors.
+	if os.Getenv(roleEnv) == "supervisor" {
+		os.Exit(runSupervisorRole())
+	}
 	testkit.VerifyTestMain(pgtest.Wrap(m))
 }
 
@@ -114,82 +116,4 @@ func benchExec(b *testing.B, e *env) {
 	b.ReportMetric(p(base, 0.99), "direct-p99-ms")
 	b.ReportMetric(p(via, 0.99)-p(base, 0.99), "overhead-p99-ms")
 	b.Logf("%s: %d calls in %v with %d clients", b.Name(), len(lat), elapsed, clients)
-}
-
-// BenchmarkTwoSupervisors measures exec tool calls a second, with the fake
-// provider answering at once, from 16 clients spread over two supervisors
-// that share one PostgreSQL database, against the same 16 clients on one
-// of them, in the same run: five seconds each, one after the other. Each
-// client calls its own agent's computer, so the calls do not wait on one
-// another's session.
-//
-//	go test ./supervisor/apiserver -run '^$' -bench TwoSupervisors -benchtime 1x
-func BenchmarkTwoSupervisors(b *testing.B) {
-	const clients = 16
-	const window = 5 * time.Second
-	dsn := pgtest.Start(b)
-	open := func() *env {
-		st, err := sqlstore.OpenPostgres(context.Background(), dsn)
-		if err != nil {
-			b.Fatal(err)
-		}
-		e := newEnvWith(b, st)
-		e.fake.SetInstantExec(true)
-		return e
-	}
-	one, two := open(), open()
-	agents := make([]string, clients)
-	for i := range agents {
-		agents[i] = "two" + strconv.Itoa(i)
-		one.connect(agents[i], 900, 3600)
-		one.mustCall("POST", "/v1/agents/"+agents[i]+"/computer/start", nil, 200, nil)
-	}
-	body, _ := json.Marshal(map[string]any{"command": "echo hi"})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	// rate runs the clients for window, client i on urls[i%len(urls)],
-	// and returns the calls a second and the share of the machine's
-	// cores that were busy (everything: supervisors, clients, PostgreSQL).
-	rate := func(urls ...string) (perSecond, busy float64) {
-		var n atomic.Int64
-		cpu0, t0 := testkit.MachineCPUTime(), time.Now()
-		stop := t0.Add(window)
-		var wg sync.WaitGroup
-		for i, a := range agents {
-			base := urls[i%len(urls)]
-			wg.Go(func() {
-				for time.Now().Before(stop) {
-					req, _ := http.NewRequest("POST", base+"/v1/agents/"+a+"/computer/exec", bytes.NewReader(body))
-					req.Header.Set("Authorization", "Bearer "+opToken)
-					resp, err := hc.Do(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						b.Errorf("exec %s through %s: status %d", a, base, resp.StatusCode)
-						return
-					}
-					n.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		cpu, took := testkit.MachineCPUTime()-cpu0, time.Since(t0)
-		return float64(n.Load()) / window.Seconds(), 100 * cpu.Seconds() / took.Seconds() / float64(runtime.NumCPU())
-	}
-	var ours, base, oursBusy, baseBusy float64
-	for b.Loop() {
-		base, baseBusy = rate(one.srv.URL)
-		ours, oursBusy = rate(one.srv.URL, two.srv.URL)
-	}
-	b.ReportMetric(ours, "calls/s")
-	b.ReportMetric(base, "base-calls/s")
-	b.ReportMetric(ours/base, "ratio")
-	// With the machine's cores all busy for one supervisor, a second one
-	// on the same machine has nothing to add: the ratio then measures the
-	// machine, not the sharing.
-	b.ReportMetric(oursBusy, "machine-busy-%")
-	b.ReportMetric(baseBusy, "base-machine-busy-%")
 }
