@@ -149,6 +149,11 @@ func (s *super) call(method, path string, body any, out any) int {
 // Idempotency-Key when key is set), decodes the answer into out, and
 // returns the status.
 func callAPI(base, token, method, path, key string, body, out any) (int, error) {
+	return callAPIWith(http.DefaultClient, base, token, method, path, key, body, out)
+}
+
+// callAPIWith is callAPI through hc.
+func callAPIWith(hc *http.Client, base, token, method, path, key string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		raw, _ := json.Marshal(body)
@@ -161,7 +166,7 @@ func callAPI(base, token, method, path, key string, body, out any) (int, error) 
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, err
 	}

@@ -15,16 +15,7 @@ import (
 // transaction holds the one writing connection, sees what the last
 // committed write left, and the reading pool refuses to write.
 func TestSQLiteReadsBesideAWrite(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.CreateAgent(ctx, store.Agent{ID: "a1", Name: "a1", CreatedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, s := openSQLiteWith(t, "a1")
 	tx, err := s.db.BeginTx(ctx, nil) // takes the write lock at once (_txlock=immediate)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +27,7 @@ func TestSQLiteReadsBesideAWrite(t *testing.T) {
 	got := make(chan error, 1)
 	go func() {
 		a, err := s.GetAgent(ctx, "a1")
-		if err == nil && a.Name != "a1" {
+		if err == nil && a.Name != "name-a1" {
 			err = errors.New("read the uncommitted name " + a.Name)
 		}
 		got <- err
@@ -59,4 +50,24 @@ func TestSQLiteReadsBesideAWrite(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "readonly") {
 		t.Fatalf("a write through the reading pool: %v, want it refused", err)
 	}
+}
+
+// openSQLiteWith opens a SQLite store in a folder of t's, closed when t
+// ends, with an agent for each id (named "name-" and the id), and returns
+// it with a context that ends with t or in 30 s.
+func openSQLiteWith(t *testing.T, ids ...string) (context.Context, *Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, id := range ids {
+		if err := s.CreateAgent(ctx, store.Agent{ID: id, Name: "name-" + id, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, s
 }

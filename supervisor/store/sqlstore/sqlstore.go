@@ -18,7 +18,7 @@ import (
 
 	"github.com/berthdev/berth/supervisor/store"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	moderncsqlite "modernc.org/sqlite"
 )
 
 //go:embed migrations/*.sql
@@ -51,7 +51,7 @@ const sqliteReaders = 4
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)" +
 		"&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
-	db, err := sql.Open("sqlite", dsn+"&_txlock=immediate")
+	db, err := openSQLite(dsn + "&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -63,7 +63,7 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	rd, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	rd, err := openSQLite(dsn + "&_pragma=query_only(1)")
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open sqlite %s for reading: %w", path, err)
@@ -72,6 +72,16 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	rd.SetMaxIdleConns(sqliteReaders)
 	s.rd = rd
 	return s, nil
+}
+
+// openSQLite opens a pool of SQLite connections to dsn that keep their
+// statements prepared.
+func openSQLite(dsn string) (*sql.DB, error) {
+	c, err := moderncsqlite.NewConnector(dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(cachingConnector{c}), nil
 }
 
 // Close closes the database.
