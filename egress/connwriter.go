@@ -36,6 +36,8 @@ type connWriter struct {
 	tnames []string // trailers declared in the head
 	close  bool     // the answer asks to close the connection
 	broken bool     // the answer cannot be completed
+	done   bool     // finish has run
+	keep   bool     // what finish returned
 }
 
 func newConnWriter(bw *bufio.Writer, r *http.Request) *connWriter {
@@ -219,8 +221,17 @@ func trailerKeys(h http.Header) map[string]bool {
 }
 
 // finish ends the answer and sends it, and reports whether the
-// connection can carry the next one.
+// connection can carry the next one. Once it has run, the answer is
+// sent: later calls report the same.
 func (w *connWriter) finish() bool {
+	if !w.done {
+		w.keep = w.end()
+		w.done = true
+	}
+	return w.keep
+}
+
+func (w *connWriter) end() bool {
 	if w.broken {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -180,7 +181,14 @@ func startPeers(tb testing.TB) *peers {
 		}
 	}
 	src := startRole(tb, "source")
-	h := start(tb, nil)
+	// The proxy logs each connection to a file, as a supervisor writes
+	// its log.
+	log, err := os.Create(filepath.Join(tb.TempDir(), "egress.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { log.Close() })
+	h := start(tb, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(log, nil)) })
 	h.resolver.set("peer.example", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 80), src)
 	h.dialer.route(ap(publicA, 443), src)

@@ -78,6 +78,11 @@ func (p *Proxy) forwardPlain(w http.ResponseWriter, r *http.Request, rec *record
 		}
 		return
 	}
+	if cw, ok := w.(*connWriter); ok && len(resp.Trailer) == 0 {
+		// The answer is whole: the client has it before the upstream
+		// connection is put back and the request logged.
+		cw.finish()
+	}
 	// An upstream that sends a body after its answer to a HEAD would
 	// leave it for the next request: those connections are not kept.
 	if u.unwatch() && !resp.Close && u.br.Buffered() == 0 && r.Method != http.MethodHead {

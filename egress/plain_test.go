@@ -2,9 +2,11 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -209,6 +211,9 @@ func TestPlainUpstreamReuse(t *testing.T) {
 				t.Fatalf("%s %q", resp.Status, body)
 			}
 		}
+		// The upstream connection is put back just after the answer
+		// leaves, and before the request is logged.
+		testkit.EventuallyContext(t, testContext(t), "the requests logged", func() bool { return h.p.Stats().Active == 0 })
 	}
 	if n := up.conns.Load(); n != 1 {
 		t.Errorf("upstream got %d connections, want 1", n)
@@ -538,9 +543,10 @@ func TestPlainKeptServeEnds(t *testing.T) {
 	cl := h.dialClient(t)
 	cl.get("http://example.com/")
 	cl.get("http://example.com/")
-	if h.p.upstreams.idleConns(ap(publicA, 80)) != 1 {
-		t.Error("no idle upstream connection")
-	}
+	// The upstream connection is put back just after the answer leaves.
+	testkit.EventuallyContext(t, testContext(t), "an idle upstream connection", func() bool {
+		return h.p.upstreams.idleConns(ap(publicA, 80)) == 1
+	})
 	// The harness's cleanup ends Serve, which must not hang on the
 	// kept connection; its leak check sees no goroutine left.
 }
@@ -681,6 +687,8 @@ func TestPlainIdleUpstreamSpeaks(t *testing.T) {
 	if resp, _, err := cl.do(http.MethodHead, "http://victim.example:82/", ""); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("HEAD: %v %v", err, resp)
 	}
+	// Its connection is put back or closed before the request is logged.
+	testkit.EventuallyContext(t, testContext(t), "the HEAD logged", func() bool { return h.p.Stats().Active == 0 })
 	if n := h.p.upstreams.idleConns(ap(publicA, 82)); n != 0 {
 		t.Errorf("%d idle connections after a HEAD", n)
 	}
@@ -802,4 +810,71 @@ func TestPlainKeptPanicClosesClient(t *testing.T) {
 func (h *harness) exampleAt(addr string) {
 	h.resolver.set("example.com", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 80), addr)
+}
+
+// On a kept connection the client has each answer before the proxy logs
+// the request: a log that is slow to write holds no answer back.
+func TestPlainKeptAnswerBeforeLog(t *testing.T) {
+	logged := make(chan struct{})
+	release := make(chan struct{})
+	h := start(t, func(cfg *Config) {
+		cfg.Logger = slog.New(&holdingHandler{logged: logged, release: release})
+	})
+	// Runs before the harness's cleanup, which waits for the handlers.
+	t.Cleanup(func() { close(release) })
+	up := newRawUpstream(t, answerEach(func(r *http.Request) string {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+	}))
+	h.exampleAt(up.addr())
+	cl := h.dialClient(t)
+	for i := range 3 {
+		answered := make(chan error, 1)
+		go func() {
+			_, body, err := cl.do(http.MethodGet, "http://example.com/", "")
+			if err == nil && body != "hello" {
+				err = fmt.Errorf("body %q", body)
+			}
+			answered <- err
+		}()
+		// The log of the request is held until the client has its answer.
+		select {
+		case <-logged:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d was not logged", i)
+		}
+		if err := <-answered; err != nil {
+			t.Fatalf("request %d, its log held: %v", i, err)
+		}
+		release <- struct{}{}
+	}
+	if n := up.conns.Load(); n != 1 {
+		t.Errorf("upstream got %d connections, want 1", n)
+	}
+}
+
+// holdingHandler is a slog handler that, for each connection logged,
+// signals logged and waits for release (at most 20 s); once release is
+// closed, it holds nothing.
+type holdingHandler struct {
+	logged, release chan struct{}
+}
+
+func (h *holdingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *holdingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *holdingHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *holdingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "egress connection" {
+		return nil
+	}
+	select {
+	case h.logged <- struct{}{}:
+	case <-h.release:
+		return nil
+	}
+	select {
+	case <-h.release:
+	case <-time.After(20 * time.Second):
+	}
+	return nil
 }
