@@ -237,6 +237,33 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 	}
 }
 
+// WaitScreen waits until a desktop computer's health answer says its
+// screen is ready (computerd.ScreenReady). A computerd that reports no
+// screen state counts as ready; one whose screen is unavailable is an
+// error at once.
+func (c *Client) WaitScreen(ctx context.Context) error {
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		h, err := c.Health(hctx)
+		cancel()
+		if err == nil {
+			switch h.Screen {
+			case ScreenReady, "":
+				return nil
+			case ScreenUnavailable:
+				return fmt.Errorf("computerd at %s: the desktop's screen did not start", c.base)
+			}
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("computerd at %s: waiting for the desktop's screen: %w (last: %q, %v)", c.base, ctx.Err(), h.Screen, err)
+		case <-t.C:
+		}
+	}
+}
+
 // Exec runs a command and waits for its result. req.TimeoutMs is required.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	timeout := time.Duration(min(max(req.TimeoutMs, 0), MaxExecTimeoutMs)) * time.Millisecond

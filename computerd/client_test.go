@@ -15,6 +15,7 @@ import (
 
 	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/computerd/server"
+	"github.com/berthdev/berth/internal/httpjson"
 	"github.com/berthdev/berth/internal/syncbuf"
 	"github.com/berthdev/berth/internal/testkit"
 	"github.com/berthdev/berth/internal/token"
@@ -207,6 +208,42 @@ func TestStreamBroken(t *testing.T) {
 	_, _, err = s.Wait()
 	if err == nil || computerd.IsAPIError(err) {
 		t.Errorf("Wait after cancel: %v, want a non-API error", err)
+	}
+}
+
+// TestWaitScreen: the wait ends once the health answer says the screen is
+// ready, or at once when it says it is unavailable or says nothing of a
+// screen; a screen that stays starting ends it with the context's error.
+func TestWaitScreen(t *testing.T) {
+	health := func(states ...string) (*httptest.Server, *atomic.Int32) {
+		var calls atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			i := min(int(calls.Add(1)), len(states)) - 1
+			httpjson.Write(w, http.StatusOK, computerd.Health{Status: "ok", Screen: states[i]})
+		}))
+		t.Cleanup(srv.Close)
+		return srv, &calls
+	}
+	srv, calls := health(computerd.ScreenStarting, computerd.ScreenStarting, computerd.ScreenReady)
+	if err := computerd.NewClient(srv.URL, "").WaitScreen(testContext(t)); err != nil {
+		t.Fatalf("WaitScreen: %v", err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("health asked %d times, want 3", n)
+	}
+	srv, _ = health(computerd.ScreenStarting, computerd.ScreenUnavailable)
+	if err := computerd.NewClient(srv.URL, "").WaitScreen(testContext(t)); err == nil || !strings.Contains(err.Error(), "did not start") {
+		t.Fatalf("WaitScreen on a screen that did not start: %v", err)
+	}
+	srv, calls = health("")
+	if err := computerd.NewClient(srv.URL, "").WaitScreen(testContext(t)); err != nil || calls.Load() != 1 {
+		t.Fatalf("WaitScreen without a screen state: %v after %d calls", err, calls.Load())
+	}
+	srv, _ = health(computerd.ScreenStarting)
+	ctx, cancel := context.WithTimeout(testContext(t), 100*time.Millisecond)
+	defer cancel()
+	if err := computerd.NewClient(srv.URL, "").WaitScreen(ctx); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "starting") {
+		t.Fatalf("WaitScreen on a screen that stays starting: %v", err)
 	}
 }
 

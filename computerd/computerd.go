@@ -150,7 +150,19 @@ type Health struct {
 	Status     string `json:"status"`
 	Version    string `json:"version"`
 	ComputerID string `json:"computerId,omitempty"`
+	// Screen is the desktop's screen on a desktop computer: ScreenStarting
+	// until it has answered a first screenshot, then ScreenReady, or
+	// ScreenUnavailable when it did not answer in time. Empty without a
+	// desktop.
+	Screen string `json:"screen,omitempty"`
 }
+
+// The states of Health.Screen.
+const (
+	ScreenStarting    = "starting"
+	ScreenReady       = "ready"
+	ScreenUnavailable = "unavailable"
+)
 
 // Error is the error of every failed request, inside the envelope
 // {"error": {...}}.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthdev/berth/computerd"
 	"github.com/berthdev/berth/supervisor/supervisortest"
 
 	"github.com/chromedp/chromedp"
@@ -564,7 +565,8 @@ func TestWarmPoolAfterCrash(t *testing.T) {
 var _ supervisor.Pooler = (*docker.Docker)(nil)
 
 // TestWarmPoolDesktop: with WARM_POOL_DESKTOP a desktop computer waits
-// started; a desktop start claims it, and its screen works at once: a
+// started, its screen up; a desktop start claims it, and its screen works
+// at once: a
 // screenshot of the whole screen, and live view through the TURN relay,
 // whose address the pooled computer had from the start.
 func TestWarmPoolDesktop(t *testing.T) {
@@ -578,6 +580,14 @@ func TestWarmPoolDesktop(t *testing.T) {
 	}, map[string]string{"COMPUTER_IMAGE_DESKTOP": desktopImage, "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1",
 		"WARM_POOL_DESKTOP": "1"})
 	testkit.EventuallyContext(t, ctx, "a desktop computer waiting in the pool", func() bool { return s.d.Service.PoolStats().Waiting == 1 })
+	// It was offered once its screen had answered a first screenshot.
+	members, err := s.d.Store.PoolMembers(ctx)
+	if err != nil || len(members) != 1 {
+		t.Fatalf("pool members: %+v %v", members, err)
+	}
+	if h, err := computerd.NewClient(members[0].Endpoint, "").Health(ctx); err != nil || h.Screen != computerd.ScreenReady {
+		t.Fatalf("the waiting desktop's health: %+v %v, want its screen ready", h, err)
+	}
 
 	s.must("POST", "/v1/agents", map[string]any{"id": "wd", "name": "wd"}, 201, nil)
 	s.must("POST", "/v1/computers", map[string]any{"agent": "wd", "provider": "docker", "image": "desktop", "leaseSeconds": 600}, 201, nil)

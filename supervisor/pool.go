@@ -306,7 +306,7 @@ func (w *Pool) create(ctx context.Context, provider, image string, pl Pooler) (s
 		forget("")
 		return store.PoolMember{}, err
 	}
-	if err := w.waitReady(ctx, mach.Endpoint); err != nil {
+	if err := w.waitReady(ctx, mach.Endpoint, image); err != nil {
 		if ctx.Err() == nil {
 			log.Warn("warm pool: computer did not become ready", "machine", mach.ID, "err", err)
 		}
@@ -329,11 +329,21 @@ func (w *Pool) create(ctx context.Context, provider, image string, pl Pooler) (s
 	return m, nil
 }
 
-// waitReady waits for a pool computer's daemon to answer its health check.
-func (w *Pool) waitReady(ctx context.Context, endpoint string) error {
+// waitReady waits for a pool computer's daemon to answer its health check
+// and, on a desktop, for its screen to have answered a first screenshot:
+// a desktop is offered with its screen up, so that a session's first
+// screenshot does not wait for the X server to start.
+func (w *Pool) waitReady(ctx context.Context, endpoint, image string) error {
 	ctx, cancel := context.WithTimeout(ctx, poolReadyTimeout)
 	defer cancel()
-	return computerd.NewClient(endpoint, "", computerd.WithHTTPClient(w.http)).WaitHealthy(ctx)
+	c := computerd.NewClient(endpoint, "", computerd.WithHTTPClient(w.http))
+	if err := c.WaitHealthy(ctx); err != nil {
+		return err
+	}
+	if image == providers.ImageDesktop {
+		return c.WaitScreen(ctx)
+	}
+	return nil
 }
 
 // removeWaiting takes a waiting member out of the store (so no start can

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,10 @@ var version = "dev"
 
 // shutdownGrace is how long running commands get after the first signal.
 const shutdownGrace = 30 * time.Second
+
+// screenWarmWait bounds how long a desktop computer's computerd waits for
+// its X server to answer before it warms the screen (desktop.WarmScreen).
+const screenWarmWait = time.Minute
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fetch" {
@@ -66,7 +71,8 @@ func run(log *slog.Logger) error {
 		}
 		expired = time.After(time.Until(t))
 	}
-	if hash == "" && bindHash != "" {
+	pooled := hash == "" && bindHash != ""
+	if pooled {
 		// A warm-pool computer: it waits for its one bind.
 		if b, err := hex.DecodeString(bindHash); err != nil || len(b) != 32 {
 			return fmt.Errorf("%s must hold the hex SHA-256 of the computer's bind secret", computerd.EnvBindHash)
@@ -86,15 +92,21 @@ func run(log *slog.Logger) error {
 		// Every image has Chromium; where it is missing, the browser
 		// tools answer so.
 		Browser: &browser.LauncherConfig{Logger: log}}
+	var screen *desktop.Desktop
+	var screenState atomic.Value // the computerd.Screen* state of screen
 	if os.Getenv(desktop.EnvDesktop) == "1" {
 		// A bad desktop setting leaves the computer usable without its screen.
 		if dc, err := desktop.ConfigFromEnv(os.Getenv); err != nil {
 			log.Error("live view and screenshots are off", "err", err)
 		} else {
 			dc.Logger = log
-			d := desktop.New(dc)
-			defer d.Close()
-			cfg.Desktop = d
+			screen = desktop.New(dc)
+			defer screen.Close()
+			cfg.Desktop = screen
+			if pooled {
+				screenState.Store(computerd.ScreenStarting)
+				cfg.Screen = func() string { return screenState.Load().(string) }
+			}
 		}
 	}
 	srv := server.New(cfg)
@@ -114,6 +126,23 @@ func run(log *slog.Logger) error {
 	if err := srv.Warm(ctx); err != nil {
 		// The first call pays for what the warm-up did not; it still works.
 		log.Warn("warm-up failed", "err", err)
+	}
+	if cfg.Screen != nil {
+		// A pooled desktop's X server starts beside computerd: its screen
+		// is warmed once it answers, while calls are already served, and
+		// the health answer says when (a warm pool offers a desktop only
+		// then). A desktop started for its session leaves its first
+		// screenshot to it, rather than compete with its start.
+		go func() {
+			if err := screen.WarmScreen(ctx, screenWarmWait); err != nil {
+				screenState.Store(computerd.ScreenUnavailable)
+				if ctx.Err() == nil {
+					log.Warn("the screen did not answer; the first screenshot will connect to it", "err", err)
+				}
+				return
+			}
+			screenState.Store(computerd.ScreenReady)
+		}()
 	}
 	if os.Getpid() == 1 {
 		go srv.ReapOrphans(ctx)

@@ -167,6 +167,31 @@ func (d *Desktop) Screenshot(ctx context.Context, req ShotRequest) (Shot, error)
 	return s, nil
 }
 
+// WarmScreen takes one screenshot, and throws it away, as soon as the X
+// server answers, waiting for it at most wait: the connection to the
+// server, the capture and the encoder are then ready before a session's
+// first screenshot. A desktop computer waiting in a warm pool pays for
+// them there, instead of in its session's first call.
+func (d *Desktop) WarmScreen(ctx context.Context, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		_, err := d.Screenshot(ctx, ShotRequest{Format: FormatPNG})
+		if err == nil {
+			return nil
+		}
+		// The display's server may still be starting.
+		retry.Reset(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("warm the screen of %s: %w", d.cfg.Display, err)
+		case <-retry.C:
+		}
+	}
+}
+
 // scaleImage resizes src to w x h, bilinearly.
 func scaleImage(src *image.RGBA, w, h int) *image.RGBA {
 	dst := image.NewRGBA(image.Rect(0, 0, w, h))

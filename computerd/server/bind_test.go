@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,4 +129,27 @@ func TestBindStartedBound(t *testing.T) {
 	h := newHarness(t)
 	_, err := computerd.NewClient(h.ts.URL, h.token).Bind(bindCtx(t), computerd.BindRequest{TokenHash: token.Hash("x")})
 	wantBindError(t, err, http.StatusConflict, computerd.CodeAlreadyBound, "bind of a computer started bound")
+}
+
+// A waiting desktop computer's health answer says where its screen is,
+// without a token; a computer without a desktop says nothing of one.
+func TestHealthScreen(t *testing.T) {
+	ctx := bindCtx(t)
+	var state atomic.Value
+	state.Store(computerd.ScreenStarting)
+	srv := New(Config{BindHash: token.Hash("bind-secret-0123456789abcdef0123456789"), Home: t.TempDir(), ComputerID: "c-desk",
+		Screen: func() string { return state.Load().(string) }})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() { ts.Close(); srv.Close() })
+	anon := computerd.NewClient(ts.URL, "")
+	for _, want := range []string{computerd.ScreenStarting, computerd.ScreenReady} {
+		state.Store(want)
+		if h, err := anon.Health(ctx); err != nil || h.Screen != want {
+			t.Fatalf("health: %+v %v, want screen %q", h, err, want)
+		}
+	}
+	plain, _ := newWaiting(t, "bind-secret-0123456789abcdef0123456789")
+	if h, err := computerd.NewClient(plain.URL, "").Health(ctx); err != nil || h.Screen != "" {
+		t.Fatalf("health without a desktop: %+v %v", h, err)
+	}
 }

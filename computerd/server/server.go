@@ -52,6 +52,9 @@ type Config struct {
 	// Desktop, when set, serves live view and the screenshot (package
 	// images/computerd/desktop) under /v1/desktop and /v1/screenshot.
 	Desktop http.Handler
+	// Screen, when set, reports the desktop's screen in the health
+	// answer (computerd.Health.Screen).
+	Screen func() string
 	// Browser, when set, serves the browser tools under
 	// browser.PathPrefix: one Chromium started on the first call, with
 	// the commands' environment (and so the computer's proxy), stopped
@@ -270,7 +273,11 @@ func (s *Server) authorized(r *http.Request) bool {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
-	httpjson.Write(w, http.StatusOK, computerd.Health{Status: "ok", Version: s.cfg.Version, ComputerID: s.cfg.ComputerID})
+	h := computerd.Health{Status: "ok", Version: s.cfg.Version, ComputerID: s.cfg.ComputerID}
+	if s.cfg.Screen != nil {
+		h.Screen = s.cfg.Screen()
+	}
+	httpjson.Write(w, http.StatusOK, h)
 	return nil
 }
 
