@@ -217,24 +217,12 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 // 100 ms.
 func (c *Client) WaitHealthy(ctx context.Context) error {
 	wait, polls := 5*time.Millisecond, 0
-	for {
-		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.Health(hctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("computerd at %s: %w (last: %v)", c.base, ctx.Err(), err)
-		case <-t.C:
-		}
+	return c.pollHealth(ctx, func() time.Duration {
 		if polls++; polls > 400 {
 			wait = min(wait*2, 100*time.Millisecond)
 		}
-	}
+		return wait
+	}, func(Health) (bool, error) { return true, nil })
 }
 
 // WaitScreen waits until a desktop computer's health answer says its
@@ -242,23 +230,38 @@ func (c *Client) WaitHealthy(ctx context.Context) error {
 // screen state counts as ready; one whose screen is unavailable is an
 // error at once.
 func (c *Client) WaitScreen(ctx context.Context) error {
+	return c.pollHealth(ctx, func() time.Duration { return 20 * time.Millisecond }, func(h Health) (bool, error) {
+		switch h.Screen {
+		case ScreenReady, "":
+			return true, nil
+		case ScreenUnavailable:
+			return false, fmt.Errorf("computerd at %s: the desktop's screen did not start", c.base)
+		}
+		return false, nil
+	})
+}
+
+// pollHealth asks for computerd's health until done accepts an answer or
+// fails, or ctx ends; pause gives the wait before each next ask. The
+// error of an ended ctx carries the last answer or failure.
+func (c *Client) pollHealth(ctx context.Context, pause func() time.Duration, done func(Health) (bool, error)) error {
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		h, err := c.Health(hctx)
 		cancel()
+		var last any = err
 		if err == nil {
-			switch h.Screen {
-			case ScreenReady, "":
-				return nil
-			case ScreenUnavailable:
-				return fmt.Errorf("computerd at %s: the desktop's screen did not start", c.base)
+			ok, derr := done(h)
+			if ok || derr != nil {
+				return derr
 			}
+			last = h
 		}
-		t := time.NewTimer(20 * time.Millisecond)
+		t := time.NewTimer(pause())
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("computerd at %s: waiting for the desktop's screen: %w (last: %q, %v)", c.base, ctx.Err(), h.Screen, err)
+			return fmt.Errorf("computerd at %s: %w (last: %+v)", c.base, ctx.Err(), last)
 		case <-t.C:
 		}
 	}

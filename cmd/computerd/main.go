@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,7 +92,6 @@ func run(log *slog.Logger) error {
 		// tools answer so.
 		Browser: &browser.LauncherConfig{Logger: log}}
 	var screen *desktop.Desktop
-	var screenState atomic.Value // the computerd.Screen* state of screen
 	if os.Getenv(desktop.EnvDesktop) == "1" {
 		// A bad desktop setting leaves the computer usable without its screen.
 		if dc, err := desktop.ConfigFromEnv(os.Getenv); err != nil {
@@ -104,8 +102,7 @@ func run(log *slog.Logger) error {
 			defer screen.Close()
 			cfg.Desktop = screen
 			if pooled {
-				screenState.Store(computerd.ScreenStarting)
-				cfg.Screen = func() string { return screenState.Load().(string) }
+				cfg.Screen = screen.ScreenState
 			}
 		}
 	}
@@ -134,14 +131,9 @@ func run(log *slog.Logger) error {
 		// then). A desktop started for its session leaves its first
 		// screenshot to it, rather than compete with its start.
 		go func() {
-			if err := screen.WarmScreen(ctx, screenWarmWait); err != nil {
-				screenState.Store(computerd.ScreenUnavailable)
-				if ctx.Err() == nil {
-					log.Warn("the screen did not answer; the first screenshot will connect to it", "err", err)
-				}
-				return
+			if err := screen.WarmScreen(ctx, screenWarmWait); err != nil && ctx.Err() == nil {
+				log.Warn("the screen did not answer; the first screenshot will connect to it", "err", err)
 			}
-			screenState.Store(computerd.ScreenReady)
 		}()
 	}
 	if os.Getpid() == 1 {

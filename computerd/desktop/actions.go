@@ -167,11 +167,18 @@ func (d *Desktop) Screenshot(ctx context.Context, req ShotRequest) (Shot, error)
 	return s, nil
 }
 
+// The states of WarmScreen after it ends (Desktop.warmed).
+const (
+	screenReady = iota + 1
+	screenUnavailable
+)
+
 // WarmScreen takes one screenshot, and throws it away, as soon as the X
 // server answers, waiting for it at most wait: the connection to the
 // server, the capture and the encoder are then ready before a session's
 // first screenshot. A desktop computer waiting in a warm pool pays for
-// them there, instead of in its session's first call.
+// them there, instead of in its session's first call. ScreenState says
+// how it went.
 func (d *Desktop) WarmScreen(ctx context.Context, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -180,16 +187,31 @@ func (d *Desktop) WarmScreen(ctx context.Context, wait time.Duration) error {
 	for {
 		_, err := d.Screenshot(ctx, ShotRequest{Format: FormatPNG})
 		if err == nil {
+			d.warmed.Store(screenReady)
 			return nil
 		}
 		// The display's server may still be starting.
 		retry.Reset(50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
+			d.warmed.Store(screenUnavailable)
 			return fmt.Errorf("warm the screen of %s: %w", d.cfg.Display, err)
 		case <-retry.C:
 		}
 	}
+}
+
+// ScreenState is the screen's state for computerd's health answer:
+// computerd.ScreenStarting until WarmScreen ends, then ScreenReady or
+// ScreenUnavailable.
+func (d *Desktop) ScreenState() string {
+	switch d.warmed.Load() {
+	case screenReady:
+		return computerd.ScreenReady
+	case screenUnavailable:
+		return computerd.ScreenUnavailable
+	}
+	return computerd.ScreenStarting
 }
 
 // scaleImage resizes src to w x h, bilinearly.

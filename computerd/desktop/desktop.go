@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -136,8 +137,11 @@ type Desktop struct {
 
 	// The desktop actions: one connection to the X server (screenshots,
 	// the pointer, XTEST input), and one action at a time.
-	xmu     sync.Mutex
-	x       *xconn
+	xmu sync.Mutex
+	x   *xconn
+	// warmed is where WarmScreen got: 0 until it ends, then
+	// screenReady or screenUnavailable (ScreenState).
+	warmed  atomic.Int32
 	inputMu sync.Mutex
 }
 
