@@ -515,6 +515,8 @@ func TestLogLines(t *testing.T) {
 	h.resolver.set("example.com", []netip.Addr{publicA})
 	h.dialer.route(ap(publicA, 80), up.addr())
 	h.raw("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n" + h.auth() + "\r\n")
+	// A kept connection's answer leaves before its request is logged.
+	testkit.EventuallyContext(t, testContext(t), "the GET logged", func() bool { return strings.Count(h.logs.String(), "egress connection") == 1 })
 	h.raw("CONNECT 10.0.0.1:22 HTTP/1.1\r\nHost: 10.0.0.1:22\r\n" + h.auth() + "\r\n")
 	h.raw("CONNECT example.com:22 HTTP/1.1\r\nHost: example.com:22\r\nProxy-Authorization: " + basic(computer, "guess-"+h.password) + "\r\n\r\n")
 	testkit.EventuallyContext(t, testContext(t), "three egress connection log lines", func() bool { return strings.Count(h.logs.String(), "egress connection") == 3 })
