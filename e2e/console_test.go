@@ -42,8 +42,21 @@ func (p *consolePage) run(what string, steps ...chromedp.Action[chromedp.Void]) 
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
 	defer cancel()
-	if err := chromedp.Do(ctx, steps...); err != nil {
-		p.t.Fatalf("%s: %v", what, err)
+	// chromedp looks nodes up in its own copy of the page, which a new
+	// page, or rows the live table swapped, replace in events of their
+	// own. Steps that met a node of the copy being replaced are run again:
+	// setting a value twice is harmless, and a submit that failed sent
+	// nothing.
+	for try := 1; ; try++ {
+		err := chromedp.Do(ctx, steps...)
+		if err == nil {
+			return
+		}
+		if try == 3 || !strings.Contains(err.Error(), "No node with given id found") {
+			p.t.Fatalf("%s: %v", what, err)
+		}
+		p.t.Logf("%s: %v; again", what, err)
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

@@ -142,14 +142,15 @@ func computerSubnets(t *testing.T, all map[string]netip.Prefix, p *proc) map[str
 	return got
 }
 
-// TestManyComputersDefaultEngine starts 120 computers on an engine with its
-// default address pools (about 30 networks' worth): every one starts, on a
-// subnet of its own; after a SIGKILL of the supervisor and a restart, they
-// are adopted, stopped, and nothing is left behind.
+// TestManyComputersDefaultEngine starts 48 computers on an engine with its
+// default address pools (31 networks' worth, fewer with the engine's other
+// networks): every one starts, on a subnet of its own; after a SIGKILL of
+// the supervisor and a restart, they are adopted, stopped, and nothing is
+// left behind. make bench-density starts 200.
 func TestManyComputersDefaultEngine(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireDefaultPools(t)
-	const n = 120
+	const n = 48
 	dir := t.TempDir()
 	// These tests are about networks: each computer's disk quota (a loop
 	// device and two helper runs) is left to providers/docker's quota tests.
@@ -183,11 +184,13 @@ func TestManyComputersDefaultEngine(t *testing.T) {
 }
 
 // TestTwoSupervisorsSubnets: two supervisors on one engine and one
-// PostgreSQL start 40 computers each at once; their networks never share a
-// subnet, though neither knows which subnets the other takes.
+// PostgreSQL start 24 computers each at once, together more than the
+// engine's default pools hold; their networks never share a subnet, though
+// neither knows which subnets the other takes.
 func TestTwoSupervisorsSubnets(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireDefaultPools(t)
+	const each = 24
 	url := pgtest.Start(t)
 	dir := t.TempDir()
 	// These tests are about networks: each computer's disk quota (a loop
@@ -198,8 +201,8 @@ func TestTwoSupervisorsSubnets(t *testing.T) {
 	dep := a.deployment()
 	t.Cleanup(func() { removeDeployment("deployment=" + dep) })
 	var wg sync.WaitGroup
-	wg.Go(func() { startMany(t, a, "sa", 40, 20) })
-	wg.Go(func() { startMany(t, b, "sb", 40, 20) })
+	wg.Go(func() { startMany(t, a, "sa", each, 20) })
+	wg.Go(func() { startMany(t, b, "sb", each, 20) })
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
@@ -207,12 +210,12 @@ func TestTwoSupervisorsSubnets(t *testing.T) {
 	all := engineSubnets(t) // fails on any overlap
 	nets := computerSubnets(t, all, a)
 	maps.Copy(nets, computerSubnets(t, all, b))
-	if got := len(nets); got < 80 {
-		t.Fatalf("%d computer networks for 80 computers", got)
+	if got := len(nets); got < 2*each {
+		t.Fatalf("%d computer networks for %d computers", got, 2*each)
 	}
 	var sw sync.WaitGroup
-	sw.Go(func() { stopMany(t, a, "sa", 40, 20) })
-	sw.Go(func() { stopMany(t, b, "sb", 40, 20) })
+	sw.Go(func() { stopMany(t, a, "sa", each, 20) })
+	sw.Go(func() { stopMany(t, b, "sb", each, 20) })
 	sw.Wait()
 	waitGone(t, dep)
 }
