@@ -328,6 +328,16 @@ func (h *harness) auth() string {
 	return "Proxy-Authorization: " + basic(computer, h.password) + "\r\n"
 }
 
+// waitIdleUpstream waits until the proxy holds one idle connection to
+// target: a kept connection's upstream is put back just after its answer
+// leaves, so a test that counts dials waits for it before the next request.
+func (h *harness) waitIdleUpstream(target netip.AddrPort) {
+	h.t.Helper()
+	testkit.EventuallyContext(h.t, testContext(h.t), "an idle upstream connection to "+target.String(), func() bool {
+		return h.p.upstreams.idleConns(target) == 1
+	})
+}
+
 // raw sends req as written to the proxy and returns the parsed answer and
 // its bytes. The connection is left open for CONNECT tunnels.
 func (h *harness) raw(req string) (*http.Response, string, net.Conn, *bufio.Reader) {

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-
-	"github.com/berthdev/berth/internal/testkit"
 )
 
 // zoneServer is an authoritative DNS server on loopback UDP, built on
@@ -160,11 +158,7 @@ func TestRebindingMiekgDNS(t *testing.T) {
 		if n := zone.count("A", name); n != 1 {
 			t.Errorf("%s: %d A queries for one request", name, n)
 		}
-		// The upstream connection is put back just after the answer
-		// leaves.
-		testkit.EventuallyContext(t, ctx, "the upstream connection back", func() bool {
-			return h.p.upstreams.idleConns(ap(publicA, 80)) == 1
-		})
+		h.waitIdleUpstream(ap(publicA, 80))
 	}
 	// The proxy keeps its upstream connection to a checked address open,
 	// so the second name reuses the first one's.

@@ -543,10 +543,7 @@ func TestPlainKeptServeEnds(t *testing.T) {
 	cl := h.dialClient(t)
 	cl.get("http://example.com/")
 	cl.get("http://example.com/")
-	// The upstream connection is put back just after the answer leaves.
-	testkit.EventuallyContext(t, testContext(t), "an idle upstream connection", func() bool {
-		return h.p.upstreams.idleConns(ap(publicA, 80)) == 1
-	})
+	h.waitIdleUpstream(ap(publicA, 80))
 	// The harness's cleanup ends Serve, which must not hang on the
 	// kept connection; its leak check sees no goroutine left.
 }
