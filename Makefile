@@ -61,13 +61,16 @@ minio: ## build (cached) the MinIO server the object store tests run against
 helm: ## build (cached) the helm CLI that lints, renders and installs packaging/helm/berth
 	@packaging/helm/build.sh >/dev/null
 
-# go test starts packages' tests in the order it is given them, as many at
-# once as there are cores. e2e, the longest by far, goes first, so that the
-# other packages run beside it instead of before it (docs/performance.md,
-# "The test suite").
+# go test starts packages' tests in the order it is given them, TEST_P at
+# once: at least four, more on a machine with more cores. Most packages
+# spend their time waiting on the engine, so four keep two cores busy where
+# two (the default, one per core) leave them idle. e2e, the longest by far,
+# goes first, so that the other packages run beside it instead of before it
+# (docs/performance.md, "The test suite").
 TEST_PKGS ?= ./e2e ./...
+TEST_P ?= $(shell n=$$(nproc 2>/dev/null || echo 4); [ "$$n" -gt 4 ] && echo $$n || echo 4)
 test: docker images image-supervisor image-postgres minio helm compose-plugin ## run the whole suite, Docker integration tests included
-	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 BERTH_REQUIRE_CGROUP=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
+	BERTH_REQUIRE_DOCKER=1 BERTH_REQUIRE_POSTGRES=1 BERTH_REQUIRE_NETNS=1 BERTH_REQUIRE_MINIO=1 BERTH_REQUIRE_CGROUP=1 $(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) $(TEST_PKGS)
 
 test-k8s: docker images ## build (cached) and start a single-node Kubernetes cluster, run the kubernetes provider's conformance suite on it, install the Helm chart and use a computer through it
 	packaging/k8s-test/run.sh test

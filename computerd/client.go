@@ -243,19 +243,23 @@ func (c *Client) WaitScreen(ctx context.Context) error {
 
 // pollHealth asks for computerd's health until done accepts an answer or
 // fails, or ctx ends; pause gives the wait before each next ask. The
-// error of an ended ctx carries the last answer or failure.
+// error of an ended ctx carries the last answer or failure; an ask that
+// ctx's end cut short keeps the answer before it.
 func (c *Client) pollHealth(ctx context.Context, pause func() time.Duration, done func(Health) (bool, error)) error {
+	var last any
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		h, err := c.Health(hctx)
 		cancel()
-		var last any = err
-		if err == nil {
+		switch {
+		case err == nil:
 			ok, derr := done(h)
 			if ok || derr != nil {
 				return derr
 			}
 			last = h
+		case last == nil || ctx.Err() == nil:
+			last = err
 		}
 		t := time.NewTimer(pause())
 		select {

@@ -15,6 +15,7 @@ import (
 // and is refused at once once the key is revoked.
 func TestMCPWithAgentKey(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	s := startSupervisor(t, "berth/test:latest")
 	connect(s, "keyed")
 	connect(s, "other")

@@ -16,6 +16,7 @@ import (
 // and the user is not root: it fails and prints the exact apt-get line.
 // With everything installed it passes silently.
 func TestAppDepsNamesPackages(t *testing.T) {
+	light(t)
 	if _, err := exec.LookPath("dpkg"); err != nil {
 		t.Skip("not a Debian machine: the check reads dpkg")
 	}
@@ -59,6 +60,7 @@ func TestAppDepsNamesPackages(t *testing.T) {
 // apt-get (a recording apt-get stands in: there is no network), and when
 // apt-get fails it says so and names them again.
 func TestAppDepsCleanDebian(t *testing.T) {
+	light(t)
 	const base = "berth/debian-base:bookworm"
 	testkit.RequireDocker(t, base)
 	ctx := testkit.ContextTimeout(t, 2*time.Minute)

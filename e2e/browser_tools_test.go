@@ -57,6 +57,7 @@ func refOf(t *testing.T, tree, role, name string) string {
 // bad input with the field and the limit.
 func TestBrowserToolsOverMCP(t *testing.T) {
 	requireDocker(t, "berth/headless:latest")
+	heavy(t)
 	s, _ := serveDaemon(t, daemon.Options{Egress: daemon.EgressOptions{Listen: ":0"}},
 		map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/headless:latest", "COMPUTER_MEMORY_MB": "1024", "COMPUTER_NETWORK_POOL": "1"})
 	const agent = "browse"

@@ -13,6 +13,7 @@ import (
 // with the docker provider.
 func TestCLI(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	s := startSupervisor(t, "berth/test:latest")
 	run := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()

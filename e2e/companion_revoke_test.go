@@ -17,6 +17,7 @@ import (
 // refused from then on, so it does not come back.
 func TestRevokeCompanion(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r := startLendingRig(t, ctx, lendingRigOptions{name: "revoked lender", relayToken: "e2e-relay-token-0123456789",

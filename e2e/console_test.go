@@ -215,7 +215,7 @@ func usageSeconds(s *super, key string) int64 {
 func TestConsole(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireChromium(t)
-	t.Parallel()
+	light(t)
 	// Docker, and the fault-injecting fake for an uncertain session.
 	s := startSupervisorEgress(t, "berth/test:latest", daemon.EgressOptions{Listen: ":0"}, "docker", fake.ID)
 	p := &consolePage{t: t, ctx: browser(t, testkit.Context(t)), base: s.url, csp: make(chan string, 16)}

@@ -224,7 +224,7 @@ func (p *proc) deployment() string {
 // behind, and that the budget adds up.
 func TestCrashDuringCreate(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	for _, after := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond, 700 * time.Millisecond} {
 		t.Run(after.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -292,7 +292,7 @@ func waitGone(t *testing.T, dep string) {
 // uncertain and the command is not run again.
 func TestCrashDuringExec(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	dir := t.TempDir()
 	p := runSupervisor(t, dir)
 	p.must("POST", "/v1/agents", map[string]any{"id": "crash", "name": "crash"}, 201, nil)

@@ -94,6 +94,7 @@ func lastChild(t *testing.T, s *super, agent, name string) (int, int) {
 // an off-screen coordinate with a 400, and the next call works.
 func TestDesktopToolsOverMCP(t *testing.T) {
 	requireDocker(t, desktopImage)
+	heavy(t)
 	s := startDesktopSupervisor(t)
 	const agent = "desk"
 	// Two callers use the desktop: the MCP server and this test over REST.

@@ -24,6 +24,7 @@ func connect(s *super, agent string) {
 // tools over REST and checks, from inside, every hardening property.
 func TestDockerToolsAndHardening(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	s := startSupervisor(t, "berth/test:latest")
 	connect(s, "hard")
 	var sess session
@@ -108,6 +109,7 @@ func TestDockerToolsAndHardening(t *testing.T) {
 // same hardening: its tools run as uid 1000 on a read-only root.
 func TestHeadlessImage(t *testing.T) {
 	requireDocker(t, "berth/headless:latest")
+	light(t)
 	s := startSupervisor(t, "berth/headless:latest")
 	connect(s, "headless")
 	var sess session

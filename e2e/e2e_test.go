@@ -34,21 +34,46 @@ import (
 // berthBin is the CLI built once for the tests that run it.
 var berthBin string
 
-// parallelTests is how many of the tests that call t.Parallel run at once
-// unless -test.parallel says otherwise. Those are the tests that spend
-// most of their time waiting, not on the cores: on real timers (a lease
-// and its grace running out, a killed supervisor's claim), on archives
-// and relays, on a browser. The default of one per core would make them
-// wait for each other. Tests that keep both cores busy (many computers
-// at once, the benchmarks' kin) stay serial.
-const parallelTests = 4
+// The tests run in two lanes side by side. Tests that keep the cores busy
+// (many computers at once, a pool refilling under a burst) or watch a
+// screen or a stream, where a late frame is what they would catch, call
+// heavy and run one at a time. The others call light and run up to
+// lightTests at once beside the heavy one: they spend most of their time
+// waiting (on real timers: a lease and its grace running out, a killed
+// supervisor's claim; on archives and relays) or make a few calls on a
+// computer or two. To Go they are all parallel tests, so -test.parallel is
+// set high enough for every test to reach its lane unless it is given;
+// given, it still bounds them all.
+const (
+	lightTests = 3
+	laneSlots  = 64
+)
+
+var (
+	heavyLane = make(chan struct{}, 1)
+	lightLane = make(chan struct{}, lightTests)
+)
+
+// heavy runs t in the heavy lane: one test at a time.
+func heavy(t *testing.T) { lane(t, heavyLane) }
+
+// light runs t in the light lane, beside the heavy one.
+func light(t *testing.T) { lane(t, lightLane) }
+
+// lane waits for a turn in l, which t holds until its cleanups are done.
+func lane(t *testing.T, l chan struct{}) {
+	t.Helper()
+	t.Parallel()
+	l <- struct{}{}
+	t.Cleanup(func() { <-l })
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		flag.Set("test.parallel", strconv.Itoa(parallelTests))
+		flag.Set("test.parallel", strconv.Itoa(laneSlots))
 	}
 	dir, err := os.MkdirTemp("", "berth-e2e-")
 	if err != nil {

@@ -47,7 +47,7 @@ func (d testDialer) DialContext(ctx context.Context, network, addr string) (net.
 // refused, and a service on the host is out of reach.
 func TestEgress(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Proxy-Authorization") != "" {
 			t.Errorf("the proxy forwarded its credentials upstream")

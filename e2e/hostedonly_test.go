@@ -22,6 +22,7 @@ import (
 // agent and a connection to its provider. The same supervisor with docker
 // among its providers refuses to start there, saying why.
 func TestHostedOnlySupervisor(t *testing.T) {
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	netnstest.Require(t, `sudo env "PATH=$PATH" go test -count=1 -run TestHostedOnlySupervisor ./e2e/`)

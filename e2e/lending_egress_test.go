@@ -57,7 +57,7 @@ func (z lendResolver) LookupNetIP(ctx context.Context, network, host string) ([]
 // proxy lets nobody through.
 func TestLendingEgress(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	netnstest.Require(t, `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEgress ./e2e/`)

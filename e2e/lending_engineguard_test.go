@@ -68,6 +68,7 @@ func buildEgressImage(t *testing.T, ctx context.Context) string {
 // machine; on Linux nothing does.
 func TestInternalNetworkReachesHost(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	docker0, err := hostnet.BridgeIPv4()
@@ -124,7 +125,7 @@ func TestInternalNetworkReachesHost(t *testing.T) {
 // the agent removes the container and its network when it stops.
 func TestLendingEngineGuard(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	netnstest.Require(t, `sudo env "PATH=$PATH" go test -count=1 -run TestLendingEngineGuard ./e2e/`)

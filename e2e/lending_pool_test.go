@@ -40,6 +40,7 @@ func agentContainers(t *testing.T, agentID string, pool bool) []string {
 // agent's shutdown removes what waits.
 func TestLendingWarmPool(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r := startLendingRig(t, ctx, lendingRigOptions{name: "pool lender", relayToken: "e2e-relay-token-pool-0123456789",

@@ -84,6 +84,7 @@ func (p *relayProc) wsURL() string { return "ws://" + p.agentsAddr + relay.Conne
 // without the token; lending paused is a 503 with its own code.
 func TestLendingThroughRelay(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const relayToken = "e2e-relay-token-0123456789"
@@ -292,6 +293,7 @@ func online(rp *relayProc, id string) func() bool {
 // agent through the relay. A spent code is refused.
 func TestDevLendingByHand(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -485,6 +487,7 @@ var _ = fmt.Sprintf
 // install runs.)
 func TestRelayProcess(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -38,6 +38,7 @@ import (
 func TestLiveViewHosted(t *testing.T) {
 	requireChromium(t)
 	testkit.RequireTools(t, "apt-get install -y xvfb ffmpeg x11-utils x11-xserver-utils xdotool", "Xvfb", "ffmpeg", "xdpyinfo", "xsetroot", "xdotool")
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))

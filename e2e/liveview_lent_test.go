@@ -180,6 +180,7 @@ func (r *lentRig) startLentDesktop(tb testing.TB, agent string) string {
 func lentLiveView(t *testing.T, turnListen string) {
 	requireDocker(t, desktopImage)
 	requireChromium(t)
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	r := startLentRig(t, ctx, turnListen, "local")

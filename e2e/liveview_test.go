@@ -176,6 +176,7 @@ func encoders(s *super, agent string) string {
 func TestLiveView(t *testing.T) {
 	requireDocker(t, desktopImage)
 	requireChromium(t)
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	s := startLiveSupervisor(t)

@@ -30,6 +30,7 @@ import (
 func TestLiveViewTunnel(t *testing.T) {
 	requireDocker(t, desktopImage)
 	requireChromium(t)
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

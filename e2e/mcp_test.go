@@ -16,6 +16,7 @@ import (
 // with the go-sdk's client.
 func TestMCPDrivesDockerComputer(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	s := startSupervisor(t, "berth/test:latest")
 	connect(s, "mcp")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

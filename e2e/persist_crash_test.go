@@ -22,7 +22,7 @@ import (
 // left, and disconnecting deletes the archives.
 func TestCrashDuringSleepAndWake(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	dir := t.TempDir()
 	p := runSupervisor(t, dir)
 	dep := p.deployment()

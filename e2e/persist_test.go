@@ -58,7 +58,7 @@ type sleepStatus struct {
 // bucket, sealed, and go with the connections.
 func TestPersistentComputers(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	s3 := miniotest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

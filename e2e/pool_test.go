@@ -100,7 +100,7 @@ func deploymentOf(t *testing.T, s *super) string {
 // credential at all.
 func TestWarmPoolNoLeaks(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	s, stop := startPoolSupervisor(t, "berth/test:latest", 2)
 	cli := dockerClient(t)
 	dep := deploymentOf(t, s)
@@ -246,6 +246,7 @@ func cleanupDeployment(t *testing.T, dep string) {
 // removes it.
 func TestWarmPoolConcurrentStarts(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	heavy(t)
 	const size, agents, perAgent = 3, 25, 2
 	s, stop := startPoolSupervisor(t, "berth/test:latest", size)
 	cli := dockerClient(t)
@@ -393,6 +394,7 @@ func poolServiceIn(t *testing.T, dir, image string, size int, mem *memInfo, clk 
 // when memory returns; draining removes it.
 func TestWarmPoolMemoryPressure(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	heavy(t)
 	mem := &memInfo{}
 	mem.free.Store(50)
 	svc, _, _ := poolService(t, "berth/test:latest", 2, mem)
@@ -475,6 +477,7 @@ func (l later) After(d time.Duration) <-chan time.Time { return time.After(d) }
 // its own.
 func TestWarmPoolAfterCrash(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	heavy(t)
 	dir := t.TempDir()
 	mem := &memInfo{}
 	mem.free.Store(50)
@@ -572,6 +575,7 @@ var _ supervisor.Pooler = (*docker.Docker)(nil)
 func TestWarmPoolDesktop(t *testing.T) {
 	requireDocker(t, desktopImage)
 	requireChromium(t)
+	heavy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	s, _ := serveDaemon(t, daemon.Options{

@@ -17,7 +17,7 @@ import (
 // and when the sessions expire, each is reaped and billed exactly once.
 func TestTwoSupervisorsOnePostgres(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	url := pgtest.Start(t)
 	dir := t.TempDir()
 	env := []string{"COMPUTER_TOKEN_SECRET=two-supervisors-share-this-secret-0123456789"}

@@ -82,6 +82,7 @@ func openApp(t *testing.T, ctx context.Context, u string) context.Context {
 func TestPortPreviewDocker(t *testing.T) {
 	requireDocker(t, "berth/headless:latest")
 	requireChromium(t)
+	heavy(t)
 	s := startSupervisor(t, "berth/headless:latest")
 	connect(s, "pv")
 	s.must("POST", "/v1/agents/pv/computer/start", nil, 200, nil)
@@ -214,6 +215,7 @@ func BenchmarkPortPreview(b *testing.B) {
 func TestPortPreviewHostDocker(t *testing.T) {
 	requireDocker(t, "berth/headless:latest")
 	requireChromium(t)
+	heavy(t)
 	s, _ := serveDaemon(t, daemon.Options{Egress: daemon.EgressOptions{Listen: ":0"}},
 		map[string]string{"COMPUTER_IMAGE_HEADLESS": "berth/headless:latest", "COMPUTER_MEMORY_MB": "512",
 			"COMPUTER_NETWORK_POOL": "1", "PREVIEW_DOMAIN": "preview.localhost"})

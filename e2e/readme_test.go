@@ -271,6 +271,7 @@ var sessionIDRE = regexp.MustCompile(`\bs_[0-9A-Za-z]+`)
 // succeeds and prints what the README promises.
 func TestREADME(t *testing.T) {
 	requireDocker(t, "berth/headless:latest", "berth/desktop:latest")
+	heavy(t)
 	sections := parseREADME(t, "../README.md")
 	first := shBlocks(t, sections, "A first computer", 2)
 	curlBlock, cliBlock := first[0], first[1]

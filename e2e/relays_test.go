@@ -34,7 +34,7 @@ import (
 // last relay is killed, its lenders show offline within seconds.
 func TestSeveralRelays(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	logs := syncbuf.Logged(t.Log)

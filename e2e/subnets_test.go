@@ -150,6 +150,7 @@ func computerSubnets(t *testing.T, all map[string]netip.Prefix, p *proc) map[str
 func TestManyComputersDefaultEngine(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireDefaultPools(t)
+	heavy(t)
 	const n = 48
 	dir := t.TempDir()
 	// These tests are about networks: each computer's disk quota (a loop
@@ -190,6 +191,7 @@ func TestManyComputersDefaultEngine(t *testing.T) {
 func TestTwoSupervisorsSubnets(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
 	requireDefaultPools(t)
+	heavy(t)
 	const each = 24
 	url := pgtest.Start(t)
 	dir := t.TempDir()
@@ -226,7 +228,7 @@ func TestTwoSupervisorsSubnets(t *testing.T) {
 // and grace have passed, and leaves its own live computer alone.
 func TestKilledDeploymentCollected(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
-	t.Parallel()
+	light(t)
 	dirA := t.TempDir()
 	a := runSupervisor(t, dirA, "COMPUTER_GRACE_SECONDS=2", "COMPUTER_NETWORK_POOL=0")
 	first := time.Now()

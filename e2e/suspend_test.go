@@ -26,6 +26,7 @@ const requireRunsc = "BERTH_REQUIRE_RUNSC"
 // is refused, saying why.
 func TestMemoryComputers(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -14,6 +14,7 @@ import (
 // asked for, and the exit code comes through; a stop ends an open one.
 func TestShellDocker(t *testing.T) {
 	requireDocker(t, "berth/headless:latest")
+	light(t)
 	s := startSupervisor(t, "berth/headless:latest")
 	s.must("POST", "/v1/agents", map[string]any{"id": "sh", "name": "shell"}, 201, nil)
 	s.must("POST", "/v1/computers", map[string]any{"agent": "sh", "provider": "docker"}, 201, nil)

@@ -23,6 +23,7 @@ import (
 // provider: the supervisor runs the five tools on that computer.
 func TestTunnelProvider(t *testing.T) {
 	requireDocker(t, "berth/test:latest")
+	light(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	info, stopRunner := runTunnel(t, ctx, tunnel.Options{
