@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -388,14 +389,14 @@ func TestDevLendingByHand(t *testing.T) {
 	dev.stop(t)
 }
 
+// freePort returns a port for a server process that cannot be given
+// port 0 (testkit.FreePort).
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testkit.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
+	return strconv.Itoa(p)
 }
 
 // berthProc is a berth process whose output lines the test reads.

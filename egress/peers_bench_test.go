@@ -661,10 +661,9 @@ func asNobody() *syscall.SysProcAttr {
 }
 
 func freePort(tb testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testkit.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }

@@ -9,7 +9,12 @@ package testkit
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -135,13 +140,61 @@ func PollContext(ctx context.Context, timeout time.Duration, cond func() bool) b
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
-// a server process the test starts.
+// FreePort returns a port that was free a moment ago for TCP and UDP on
+// every address, for a server process the test starts and cannot give
+// port 0. It comes from below the kernel's range of ephemeral ports
+// (net.ipv4.ip_local_port_range), from which neither a listener on port
+// 0 nor an outgoing connection takes one, so that only another such
+// choice can take it before the server binds it. With most packages'
+// tests running at once, a port from that range was taken by some
+// connection's source end now and then.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	low := ephemeralLow()
+	if low-freePortBase < 1000 {
+		return 0, fmt.Errorf("ephemeral ports begin at %d: no room below it above %d", low, freePortBase)
+	}
+	for range 100 {
+		p := freePortBase + rand.IntN(low-freePortBase)
+		if portFree(p) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port found between %d and %d in 100 tries", freePortBase, low)
+}
+
+// freePortBase is the lowest port FreePort gives, above the well-known and
+// the commonly registered ones.
+const freePortBase = 20000
+
+// ephemeralLow returns the first port of the kernel's ephemeral range,
+// 32768 (Linux's default) where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 0, err
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 0 || n > 65535 {
+		return 32768
+	}
+	return n
+}
+
+func portFree(p int) bool {
+	addr := ":" + strconv.Itoa(p)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -262,5 +263,35 @@ func TestMedianAndPairRatio(t *testing.T) {
 	// Pairs 2/1, 6/2 and 4/4 have ratios 2, 3 and 1: their median is 2.
 	if got := PairRatio([]time.Duration{2, 6, 4}, []time.Duration{1, 2, 4}); got != 2 {
 		t.Errorf("PairRatio = %v, want 2", got)
+	}
+}
+
+// TestFreePort: the port comes from below the ephemeral range, where no
+// port-0 listener or outgoing connection takes one, and a server can
+// bind it for TCP and UDP on every address.
+func TestFreePort(t *testing.T) {
+	low := ephemeralLow()
+	for range 20 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < freePortBase || p >= low {
+			t.Fatalf("FreePort gave %d, want one in [%d, %d)", p, freePortBase, low)
+		}
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("listen on the port FreePort gave: %v", err)
+		}
+		u, err := net.ListenPacket("udp", ":"+strconv.Itoa(p))
+		if err != nil {
+			l.Close()
+			t.Fatalf("UDP on the port FreePort gave: %v", err)
+		}
+		if portFree(p) {
+			t.Errorf("port %d is held, but portFree says it is free", p)
+		}
+		u.Close()
+		l.Close()
 	}
 }
