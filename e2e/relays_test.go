@@ -187,6 +187,12 @@ func TestSeveralRelays(t *testing.T) {
 	}
 	// Lender A moves to the second relay; both supervisors follow it.
 	testkit.EventuallyContext(t, ctx, "lender A at the second relay", rps[1].online(ctx, lenders[0].id))
+	// Both look a lender up in their shared store, which has the move once
+	// the second relay's report of it is in.
+	testkit.EventuallyContext(t, ctx, "lender A's link recorded at the second relay", func() bool {
+		l, err := sups[0].d.Store.GetLenderLink(ctx, lenders[0].id)
+		return err == nil && l.Relay == rps[1].internal && l.Online(time.Now())
+	})
 	for _, s := range sups {
 		if x := s.exec("rela", "cat /home/berth/marker"); x.Stdout != "ran\n" {
 			t.Fatalf("after the move, through %s: %+v (the command must have run once)", s.url, x)
@@ -233,6 +239,7 @@ func onlineLenders(s *super) int {
 type relayBin struct {
 	p          *berthProc
 	agentsAddr string
+	internal   string // its internal API's URL, as it reports lenders
 	r          *relayserver.Remote
 }
 
@@ -246,7 +253,7 @@ func startRelayBin(t *testing.T, ctx context.Context, supURL, token string) *rel
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &relayBin{p: p, agentsAddr: agents, r: r}
+	return &relayBin{p: p, agentsAddr: agents, internal: "http://" + internal, r: r}
 }
 
 func (b *relayBin) wsURL() string { return "ws://" + b.agentsAddr + relay.ConnectPath }
