@@ -145,9 +145,7 @@ func PollContext(ctx context.Context, timeout time.Duration, cond func() bool) b
 // port 0. It comes from below the kernel's range of ephemeral ports
 // (net.ipv4.ip_local_port_range), from which neither a listener on port
 // 0 nor an outgoing connection takes one, so that only another such
-// choice can take it before the server binds it. With most packages'
-// tests running at once, a port from that range was taken by some
-// connection's source end now and then.
+// choice can take it before the server binds it.
 func FreePort() (int, error) {
 	low := ephemeralLow()
 	if low-freePortBase < 1000 {
@@ -167,21 +165,15 @@ func FreePort() (int, error) {
 const freePortBase = 20000
 
 // ephemeralLow returns the first port of the kernel's ephemeral range,
-// 32768 (Linux's default) where it cannot be read.
+// Linux's default of 32768 where it cannot be read.
 func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
+	b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 0 && n <= 65535 {
+			return n
+		}
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil || n <= 0 || n > 65535 {
-		return 32768
-	}
-	return n
+	return 32768
 }
 
 func portFree(p int) bool {
